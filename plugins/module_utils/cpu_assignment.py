@@ -1,0 +1,384 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""How the kubelet's static policy chooses CPUs (ALGORITHM.md sections 10-13).
+
+``take_by_topology_packed`` is the topology-aware best fit, ``take_by_topology_distributed`` the
+NUMA-distributed algorithm. Both follow the kubelet's choices and sort orders exactly, except for the
+three documented kubelet defects (ALGORITHM.md D1-D3): whole-unit takes only add CPUs that are still
+free (D2), remainder subsets are feasible only in whole groups (D1), and the combination chosen by the
+balance score is the one allocated (D3).
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+from typing import AbstractSet, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from .cpuset import CPUSet
+from .errors import AllocationError
+from .topology import Topology
+
+PACKED = "packed"
+SPREAD = "spread"
+
+_Counts = Dict[int, Dict[int, int]]
+
+
+def _inc(table: _Counts, outer: int, inner: int) -> None:
+    row = table.get(outer)
+    if row is None:
+        table[outer] = {inner: 1}
+    else:
+        row[inner] = row.get(inner, 0) + 1
+
+
+def _dec(table: _Counts, outer: int, inner: int) -> None:
+    row = table[outer]
+    left = row[inner] - 1
+    if left:
+        row[inner] = left
+    else:
+        del row[inner]
+        if not row:
+            del table[outer]
+
+
+class Accumulator:
+    """The kubelet's cpuAccumulator: free CPUs ("details"), the need and the result.
+
+    Per-unit free CPU sets and the unit relations among free CPUs are kept up to date on every take,
+    so the kubelet's sort orders cost no rescan of the free set.
+    """
+
+    def __init__(self, topo: Topology, available: Iterable[int], need: int, strategy: str = PACKED) -> None:
+        self.topo = topo
+        self.need = need
+        self.result: Set[int] = set()
+        self.numa_first = topo.num_sockets >= topo.num_numa
+        self.spread = strategy == SPREAD
+        self.free: Set[int] = set()
+        self.by_core: Dict[int, Set[int]] = {}
+        self.by_socket: Dict[int, Set[int]] = {}
+        self.by_numa: Dict[int, Set[int]] = {}
+        self.by_uncore: Dict[int, Set[int]] = {}
+        # relations among free CPUs: outer unit -> inner unit -> number of free CPUs in both
+        self.numa_sockets: _Counts = {}
+        self.socket_numas: _Counts = {}
+        self.socket_cores: _Counts = {}
+        self.numa_cores: _Counts = {}
+        self.numa_uncores: _Counts = {}
+        loc = topo.loc
+        for cpu in available:
+            where = loc.get(cpu)
+            if where is None or cpu in self.free:
+                continue
+            self.free.add(cpu)
+            core, socket, numa, uncore = where
+            self.by_core.setdefault(core, set()).add(cpu)
+            self.by_socket.setdefault(socket, set()).add(cpu)
+            self.by_numa.setdefault(numa, set()).add(cpu)
+            self.by_uncore.setdefault(uncore, set()).add(cpu)
+            _inc(self.numa_sockets, numa, socket)
+            _inc(self.socket_numas, socket, numa)
+            _inc(self.socket_cores, socket, core)
+            _inc(self.numa_cores, numa, core)
+            _inc(self.numa_uncores, numa, uncore)
+
+    # --- state ---------------------------------------------------------------------------------
+    def is_satisfied(self) -> bool:
+        return self.need < 1
+
+    def is_failed(self) -> bool:
+        return self.need > len(self.free)
+
+    def needs_at_least(self, n: int) -> bool:
+        return self.need >= n
+
+    def take(self, cpus: Iterable[int]) -> None:
+        """Claim the CPUs of ``cpus`` that are still free (D2); the need drops by what was added."""
+        loc = self.topo.loc
+        for cpu in cpus:
+            if cpu not in self.free:
+                continue
+            self.free.discard(cpu)
+            self.result.add(cpu)
+            self.need -= 1
+            core, socket, numa, uncore = loc[cpu]
+            for table, key in ((self.by_core, core), (self.by_socket, socket), (self.by_numa, numa),
+                               (self.by_uncore, uncore)):
+                members = table[key]
+                members.discard(cpu)
+                if not members:
+                    del table[key]
+            _dec(self.numa_sockets, numa, socket)
+            _dec(self.socket_numas, socket, numa)
+            _dec(self.socket_cores, socket, core)
+            _dec(self.numa_cores, numa, core)
+            _dec(self.numa_uncores, numa, uncore)
+
+    # --- the kubelet's orders (ascending free CPUs in the unit, then id) -----------------------
+    @staticmethod
+    def _sorted(ids: Iterable[int], by: Dict[int, Set[int]]) -> List[int]:
+        return sorted(ids, key=lambda unit: (len(by.get(unit, ())), unit))
+
+    def sort_numa_nodes(self) -> List[int]:
+        if self.numa_first:
+            return self._sorted(self.by_numa, self.by_numa)
+        out: List[int] = []
+        for socket in self.sort_sockets():
+            out.extend(self._sorted(self.socket_numas.get(socket, ()), self.by_numa))
+        return out
+
+    def sort_sockets(self) -> List[int]:
+        if not self.numa_first:
+            return self._sorted(self.by_socket, self.by_socket)
+        out: List[int] = []
+        for numa in self.sort_numa_nodes():
+            out.extend(self._sorted(self.numa_sockets.get(numa, ()), self.by_socket))
+        return out
+
+    def sort_cores(self) -> List[int]:
+        out: List[int] = []
+        if self.numa_first:
+            for socket in self.sort_sockets():
+                out.extend(self._sorted(self.socket_cores.get(socket, ()), self.by_core))
+        else:
+            for numa in self.sort_numa_nodes():
+                out.extend(self._sorted(self.numa_cores.get(numa, ()), self.by_core))
+        return out
+
+    def sort_uncore_caches(self) -> List[int]:
+        out: List[int] = []
+        for numa in self.sort_numa_nodes():
+            out.extend(self._sorted(self.numa_uncores.get(numa, ()), self.by_uncore))
+        return out
+
+    def free_cpus(self) -> List[int]:
+        """Single CPUs in the packed (by core) or spread (by socket) order."""
+        out: List[int] = []
+        if self.spread:
+            for socket in self.sort_sockets():
+                out.extend(sorted(self.by_socket.get(socket, ())))
+        else:
+            for core in self.sort_cores():
+                out.extend(sorted(self.by_core.get(core, ())))
+        return out
+
+    # --- free units ------------------------------------------------------------------------------
+    def free_numa_nodes(self) -> List[int]:
+        full = self.topo.numa_cpus
+        return [n for n in self.sort_numa_nodes() if len(self.by_numa.get(n, ())) == len(full[n])]
+
+    def free_sockets(self) -> List[int]:
+        per_socket = self.topo.cpus_per_socket
+        return [s for s in self.sort_sockets() if len(self.by_socket.get(s, ())) == per_socket]
+
+    def free_cores(self) -> List[int]:
+        per_core = self.topo.cpus_per_core
+        return [c for c in self.sort_cores() if len(self.by_core.get(c, ())) == per_core]
+
+    def free_uncore_caches(self) -> List[int]:
+        full = self.topo.uncore_cpus
+        return [u for u in self.sort_uncore_caches() if len(self.by_uncore.get(u, ())) == len(full[u])]
+
+    # --- takes -----------------------------------------------------------------------------------
+    def _take_units(self, units: Sequence[int], members: Dict[int, AbstractSet[int]]) -> None:
+        for unit in units:
+            cpus = members[unit]
+            if self.needs_at_least(len(cpus)):
+                self.take(cpus)
+
+    def take_full_numa_nodes(self) -> None:
+        self._take_units(self.free_numa_nodes(), self.topo.numa_cpus)
+
+    def take_full_sockets(self) -> None:
+        self._take_units(self.free_sockets(), self.topo.socket_cpus)
+
+    def take_full_uncore(self) -> None:
+        self._take_units(self.free_uncore_caches(), self.topo.uncore_cpus)
+
+    def take_full_cores(self) -> None:
+        self._take_units(self.free_cores(), self.topo.core_cpus)
+
+    def take_partial_uncore(self, uncore: int) -> None:
+        group = self.topo.cpus_per_core
+        if group < 1:
+            return
+        cores_needed = (self.need + group - 1) // group
+        cores = sorted({self.topo.loc[c][0] for c in self.by_uncore.get(uncore, ())})[:cores_needed]
+        cpus: List[int] = sorted(c for core in cores for c in self.by_core.get(core, ()))
+        if self.need % 2 != 0 and group > 1 and len(cpus) > self.need:
+            cpus = cpus[:-1]
+        if len(cpus) == self.need:
+            self.take(cpus)
+
+    def take_uncore_caches(self) -> None:
+        per_uncore = self.topo.cpus_per_uncore
+        for uncore in self.sort_uncore_caches():
+            if self.needs_at_least(per_uncore):
+                self.take_full_uncore()
+            if self.is_satisfied():
+                return
+            self.take_partial_uncore(uncore)
+            if self.is_satisfied():
+                return
+
+    def take_remaining_cpus(self) -> None:
+        for cpu in self.free_cpus():
+            self.take((cpu,))
+            if self.is_satisfied():
+                return
+
+    def range_numa_nodes_needed(self, group: int) -> Tuple[int, int]:
+        num_numa = len(self.topo.numa_cpus)
+        num_cpus = len(self.topo.loc)
+        groups = (num_cpus - 1) // group + 1
+        groups_per_numa = (groups - 1) // num_numa + 1
+        groups_needed = (self.need - 1) // group + 1
+        return (groups_needed - 1) // groups_per_numa + 1, min(groups_needed, len(self.by_numa))
+
+
+def _not_enough(requested: int, available: AbstractSet[int]) -> AllocationError:
+    return AllocationError("not enough cpus available to satisfy request: requested=%d, available=%d"
+                           % (requested, len(available)))
+
+
+def take_by_topology_packed(topo: Topology, available: AbstractSet[int], num_cpus: int,
+                            strategy: str = PACKED, prefer_align_by_uncore: bool = False) -> CPUSet:
+    """takeByTopologyNUMAPacked: whole NUMA nodes/sockets, [uncore], whole cores, then single CPUs."""
+    acc = Accumulator(topo, available, num_cpus, strategy)
+    if acc.is_satisfied():
+        return CPUSet._trusted(acc.result)
+    if acc.is_failed():
+        raise _not_enough(num_cpus, available)
+    steps = [acc.take_full_numa_nodes, acc.take_full_sockets]
+    if not acc.numa_first:
+        steps.reverse()
+    if prefer_align_by_uncore:
+        steps.append(acc.take_uncore_caches)
+    if strategy != SPREAD:
+        steps.append(acc.take_full_cores)
+    steps.append(acc.take_remaining_cpus)
+    for step in steps:
+        step()
+        if acc.is_satisfied():
+            return CPUSet._trusted(acc.result)
+    raise AllocationError("failed to allocate cpus")
+
+
+def _go_round3(value: float) -> float:
+    """math.Round(v*1000)/1000 with Go's half-away-from-zero rounding."""
+    scaled = value * 1000
+    whole = math.trunc(scaled)
+    if abs(scaled - whole) >= 0.5:
+        whole += math.copysign(1, scaled)
+    return whole / 1000
+
+
+def standard_deviation(values: Sequence[int]) -> float:
+    mean = _go_round3(float(sum(values)) / len(values))
+    spread = 0.0
+    for value in values:
+        spread += (value - mean) * (value - mean)
+    return _go_round3(math.sqrt(spread / len(values)))
+
+
+def _hand_out(after: Dict[int, int], subset: Sequence[int], remainder: int, group: int) -> None:
+    """Round-robin ``group`` CPUs at a time over ``subset`` until the remainder is placed."""
+    while remainder > 0:
+        progressed = False
+        for numa in subset:
+            if remainder == 0:
+                break
+            if after[numa] < group:
+                continue
+            after[numa] -= group
+            remainder -= group
+            progressed = True
+        if not progressed:
+            raise AllocationError("internal error: remainder of %d CPUs cannot be placed" % remainder)
+
+
+def _best_combo(acc: Accumulator, numas: Sequence[int], k: int, n: int,
+                group: int) -> Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]]:
+    """Score every k-combination of NUMA nodes; the first with the strictly smallest balance wins."""
+    free = {numa: len(acc.by_numa.get(numa, ())) for numa in numas}
+    best_balance = math.inf
+    best: Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]] = None
+    for combo in combinations(numas, k):
+        if best_balance == 0:
+            break
+        if sum(free[m] for m in combo) < n or sum(free[m] // group for m in combo) * group < n:
+            continue
+        distribution = (n // k // group) * group
+        if any(free[m] < distribution for m in combo):
+            continue
+        after = dict(free)
+        for numa in combo:
+            after[numa] -= distribution
+        remainder = n - distribution * k
+        candidates = [m for m in combo if after[m] >= group]
+        local_balance = math.inf
+        local_subset: Tuple[int, ...] = ()
+        if remainder == 0:
+            local_balance = standard_deviation([after[m] for m in numas])
+        size = len(candidates)
+        while remainder > 0 and size >= 1:
+            for subset in combinations(candidates, size):
+                if sum(after[m] // group for m in subset) * group < remainder:  # D1: whole groups only
+                    continue
+                trial = dict(after)
+                _hand_out(trial, subset, remainder, group)
+                balance = standard_deviation([trial[m] for m in numas])
+                if balance < local_balance:
+                    local_balance, local_subset = balance, subset
+            size -= 1
+        if local_balance < best_balance:
+            best_balance = local_balance
+            best = (combo, local_subset)
+    return best
+
+
+def take_by_topology_distributed(topo: Topology, available: AbstractSet[int], num_cpus: int, group: int = 1,
+                                 strategy: str = PACKED) -> CPUSet:
+    """takeByTopologyNUMADistributed: spread the request evenly over the fewest balanced NUMA nodes."""
+    group = max(group, 1)
+    if num_cpus % group != 0:
+        return take_by_topology_packed(topo, available, num_cpus, strategy, False)
+    acc = Accumulator(topo, available, num_cpus, strategy)
+    if acc.is_satisfied():
+        return CPUSet._trusted(acc.result)
+    if acc.is_failed():
+        raise _not_enough(num_cpus, available)
+    numas = acc.sort_numa_nodes()
+    low, high = acc.range_numa_nodes_needed(group)
+    for k in range(low, high + 1):
+        best = _best_combo(acc, numas, k, num_cpus, group)
+        if best is None:
+            continue
+        combo, subset = best
+        distribution = (num_cpus // len(combo) // group) * group
+        for numa in combo:
+            acc.take(take_by_topology_packed(topo, acc.by_numa.get(numa, set()), distribution, strategy, False))
+        remainder = num_cpus - distribution * len(combo)
+        while remainder > 0:
+            progressed = False
+            for numa in subset:
+                if remainder == 0:
+                    break
+                node_free = acc.by_numa.get(numa, set())
+                if len(node_free) < group:
+                    continue
+                acc.take(take_by_topology_packed(topo, node_free, group, strategy, False))
+                remainder -= group
+                progressed = True
+            if not progressed:
+                break
+        if acc.need > 0:
+            raise AllocationError("accounting error, not enough CPUs allocated, remaining: %d" % acc.need)
+        if acc.need < 0:
+            raise AllocationError("accounting error, too many CPUs allocated, remaining: %d" % acc.need)
+        return CPUSet._trusted(acc.result)
+    return take_by_topology_packed(topo, available, num_cpus, strategy, False)

@@ -1,0 +1,96 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""Domain errors of the kubecpu core.
+
+Every error names the object it is about and the cause. Where the kubelet has an exact error text,
+``str(err)`` is that text, so callers can compare it with the kubelet's messages and tests can
+compare it with the kubelet's own test expectations.
+"""
+
+from __future__ import annotations
+
+
+class KubecpuError(Exception):
+    """Base class of every error the core raises on purpose."""
+
+
+class CPUSetError(KubecpuError, ValueError):
+    """A CPU list or hex mask could not be parsed.
+
+    ``detail`` is the kubelet-compatible reason (for example Go's
+    ``strconv.Atoi: parsing "a": invalid syntax``); ``text`` is the whole input.
+    """
+
+    def __init__(self, text: str, detail: str) -> None:
+        self.text = text
+        self.detail = detail
+        super().__init__('invalid CPU list "%s": %s' % (text, detail))
+
+
+class TopologyError(KubecpuError):
+    """A topology document or a sysfs tree is unusable."""
+
+
+class OptionError(KubecpuError):
+    """A static policy option is unknown, badly valued or refused in this combination."""
+
+
+class QuantityError(KubecpuError, ValueError):
+    """A Kubernetes resource quantity could not be parsed."""
+
+
+class PodSpecError(KubecpuError):
+    """A pod description is malformed."""
+
+
+class PolicyError(KubecpuError):
+    """The policy cannot be built (reservation problems, unknown policy)."""
+
+
+class AllocationError(KubecpuError):
+    """An allocation request cannot be met (kubelet texts such as 'not enough cpus available ...')."""
+
+
+class SMTAlignmentError(AllocationError):
+    """The kubelet's SMTAlignmentError (full-pcpus-only)."""
+
+    kind = "SMTAlignmentError"
+
+    def __init__(self, requested_cpus: int, cpus_per_core: int, available_physical_cpus: int = 0,
+                 caused_by_physical_cpus: bool = False) -> None:
+        self.requested_cpus = requested_cpus
+        self.cpus_per_core = cpus_per_core
+        self.available_physical_cpus = available_physical_cpus
+        self.caused_by_physical_cpus = caused_by_physical_cpus
+        if caused_by_physical_cpus:
+            text = ("SMT Alignment Error: not enough free physical CPUs: available physical CPUs = %d, "
+                    "requested CPUs = %d, CPUs per core = %d"
+                    % (available_physical_cpus, requested_cpus, cpus_per_core))
+        else:
+            text = ("SMT Alignment Error: requested %d cpus not multiple cpus per core = %d"
+                    % (requested_cpus, cpus_per_core))
+        super().__init__(text)
+
+
+class StateError(KubecpuError):
+    """The checkpoint does not validate against the node (kubelet validateState texts)."""
+
+
+class CheckpointError(KubecpuError):
+    """The checkpoint file cannot be restored (corrupt, foreign policy, unparsable sets).
+
+    ``reason`` is the kubelet's inner error text; ``str(err)`` is the kubelet's wrapped message that
+    names the file.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(
+            'could not restore state from checkpoint: %s, please drain this node and delete the CPU '
+            'manager checkpoint file "%s" before restarting Kubelet' % (reason, path))
+
+
+class StoreError(KubecpuError):
+    """The state store cannot be read, locked or written (I/O, permissions, read-only store)."""

@@ -1,0 +1,59 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""The CPU manager state: the shared (default) set and the exclusive assignments by pod and container."""
+
+from __future__ import annotations
+
+from typing import Dict, Iterator, Optional, Tuple
+
+from .cpuset import EMPTY, CPUSet
+
+Entries = Dict[str, Dict[str, CPUSet]]
+
+
+class CPUState:
+    """``policy_name``, ``default`` (the shared pool) and ``entries`` {pod UID: {container: set}}."""
+
+    def __init__(self, policy_name: str, default: CPUSet = EMPTY, entries: Optional[Entries] = None) -> None:
+        self.policy_name = policy_name
+        self.default = default
+        self.entries: Entries = {pod: dict(containers) for pod, containers in (entries or {}).items()}
+
+    def copy(self) -> "CPUState":
+        return CPUState(self.policy_name, self.default, self.entries)
+
+    def get(self, pod_uid: str, container: str) -> Optional[CPUSet]:
+        return self.entries.get(pod_uid, {}).get(container)
+
+    def set(self, pod_uid: str, container: str, cpus: CPUSet) -> None:
+        self.entries.setdefault(pod_uid, {})[container] = cpus
+
+    def delete(self, pod_uid: str, container: str) -> None:
+        containers = self.entries.get(pod_uid)
+        if containers is None or container not in containers:
+            return
+        del containers[container]
+        if not containers:
+            del self.entries[pod_uid]
+
+    def assignments(self) -> Iterator[Tuple[str, str, CPUSet]]:
+        """(pod UID, container, set) in sorted order."""
+        for pod in sorted(self.entries):
+            for container in sorted(self.entries[pod]):
+                yield pod, container, self.entries[pod][container]
+
+    def assigned(self) -> CPUSet:
+        """Union of all exclusive assignments."""
+        return CPUSet().union(*(cpus for _, _, cpus in self.assignments()))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CPUState):
+            return NotImplemented
+        return (self.policy_name, self.default, self.entries) == (other.policy_name, other.default, other.entries)
+
+    def to_dict(self) -> Dict[str, object]:
+        """The user-facing view: ``{"policyName", "defaultCpuSet", "entries"}``."""
+        return {"policyName": self.policy_name, "defaultCpuSet": str(self.default),
+                "entries": {pod: {name: str(cpus) for name, cpus in sorted(containers.items())}
+                            for pod, containers in sorted(self.entries.items())}}
