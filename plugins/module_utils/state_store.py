@@ -1,0 +1,173 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""The checkpoint on disk, treated like a database.
+
+* Every read-modify-write runs under an exclusive ``flock`` on ``<file>.lock``, so the Ansible modules and
+  the node agent never interleave.
+* Writes are atomic and durable: a temporary file in the same directory, fsync, rename over the file,
+  fsync the directory. The file is mode 0600. The previous generation stays beside it as ``<file>.prev``.
+* A corrupt or mismatched file is reported (``CheckpointError`` naming the file) and left untouched.
+  Recovery is explicit: ``reset()`` moves the file aside to ``<file>.reset-<UTC time>``.
+* The kubelet's own file is only ever opened read-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import tempfile
+import time
+from typing import Iterator, Mapping, Optional, Tuple
+
+from .checkpoint import RestoreFailure, decode, encode
+from .errors import CheckpointError, StoreError
+from .state import CPUState
+
+DEFAULT_PATH = "/var/lib/kubecpu/cpu_manager_state"
+KUBELET_PATH = "/var/lib/kubelet/cpu_manager_state"
+LOCK_TIMEOUT = 60.0
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class StateStore:
+    """One checkpoint file for one configured policy."""
+
+    def __init__(self, path: str = DEFAULT_PATH, policy_name: str = "static", read_only: Optional[bool] = None,
+                 lock_timeout: float = LOCK_TIMEOUT,
+                 initial_containers: Optional[Mapping[str, Tuple[str, str]]] = None) -> None:
+        self.path = os.path.abspath(path)
+        self.policy_name = policy_name
+        is_kubelets = os.path.realpath(self.path) == KUBELET_PATH
+        self.read_only = is_kubelets if read_only is None else (read_only or is_kubelets)
+        self.lock_timeout = lock_timeout
+        self.initial_containers = initial_containers
+        self.directory = os.path.dirname(self.path)
+
+    @property
+    def previous_path(self) -> str:
+        return self.path + ".prev"
+
+    # --- locking -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Exclusive lock for a read-modify-write (shared for a read-only store, no lock file created)."""
+        if self.read_only:
+            yield
+            return
+        self._ensure_directory()
+        try:
+            fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StoreError("cannot open lock file %s.lock: %s" % (self.path, exc.strerror)) from None
+        try:
+            deadline = time.monotonic() + self.lock_timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise StoreError("cannot lock %s.lock: %s" % (self.path, exc.strerror)) from None
+                    if time.monotonic() > deadline:
+                        raise StoreError("timed out after %.0fs waiting for the lock on %s (another kubecpu "
+                                         "process holds it)" % (self.lock_timeout, self.path)) from None
+                    time.sleep(0.005)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def _ensure_directory(self) -> None:
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise StoreError("cannot create state directory %s: %s" % (self.directory, exc.strerror)) from None
+
+    # --- reading -------------------------------------------------------------------------------
+    def read_bytes(self) -> Optional[bytes]:
+        try:
+            with open(self.path, "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError("cannot read state file %s: %s" % (self.path, exc.strerror)) from None
+
+    def load(self) -> Optional[CPUState]:
+        """The restored state, None when the file does not exist; CheckpointError when it is unusable."""
+        data = self.read_bytes()
+        if data is None:
+            return None
+        try:
+            return decode(data, self.policy_name, self.initial_containers).state
+        except RestoreFailure as exc:
+            raise CheckpointError(self.path, str(exc)) from None
+
+    def load_or_new(self) -> CPUState:
+        """As the kubelet restores: a missing file means a fresh state for the configured policy."""
+        state = self.load()
+        return state if state is not None else CPUState(self.policy_name)
+
+    # --- writing -------------------------------------------------------------------------------
+    def save(self, state: CPUState) -> bool:
+        """Write ``state`` atomically and durably; False when the file already holds exactly that."""
+        if self.read_only:
+            raise StoreError("state file %s is read-only (the kubelet's own checkpoint is never written by "
+                             "kubecpu)" % self.path)
+        data = encode(state)
+        if self.read_bytes() == data:
+            return False
+        self._ensure_directory()
+        fd, tmp = tempfile.mkstemp(prefix=".%s.tmp-" % os.path.basename(self.path), dir=self.directory)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                os.fchmod(handle.fileno(), 0o600)
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            self._keep_previous()
+            os.replace(tmp, self.path)
+            _fsync_dir(self.directory)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise StoreError("cannot write state file %s: %s" % (self.path, exc.strerror or exc)) from None
+        return True
+
+    def _keep_previous(self) -> None:
+        """Hard-link the current generation to <file>.prev (files are never modified in place)."""
+        if not os.path.exists(self.path):
+            return
+        link = "%s.prev-tmp-%d" % (self.path, os.getpid())
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(link)
+        os.link(self.path, link)
+        os.replace(link, self.previous_path)
+
+    def reset(self) -> Optional[str]:
+        """Explicit recovery: move the current file aside (kept, never deleted); returns where it went."""
+        if self.read_only:
+            raise StoreError("state file %s is read-only; reset the kubelet's checkpoint with the kubelet's "
+                             "documented procedure" % self.path)
+        if not os.path.exists(self.path):
+            return None
+        aside = "%s.reset-%s" % (self.path, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+        counter = 1
+        while os.path.exists(aside):
+            aside = "%s.reset-%s.%d" % (self.path, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), counter)
+            counter += 1
+        try:
+            os.rename(self.path, aside)
+            _fsync_dir(self.directory)
+        except OSError as exc:
+            raise StoreError("cannot move %s aside: %s" % (self.path, exc.strerror)) from None
+        return aside
