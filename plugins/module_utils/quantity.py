@@ -10,7 +10,7 @@ from fractions import Fraction
 
 from .errors import QuantityError
 
-_QUANTITY = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|[numkMGTPE]i?|)\Z")
+_QUANTITY = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|)\Z")
 _DECIMAL = {"n": Fraction(1, 10 ** 9), "u": Fraction(1, 10 ** 6), "m": Fraction(1, 1000), "": Fraction(1),
             "k": Fraction(10 ** 3), "M": Fraction(10 ** 6), "G": Fraction(10 ** 9), "T": Fraction(10 ** 12),
             "P": Fraction(10 ** 15), "E": Fraction(10 ** 18)}
@@ -22,7 +22,7 @@ def parse_quantity(text: str) -> Fraction:
     if not isinstance(text, str):
         raise QuantityError("quantity %r must be a string" % (text,))
     match = _QUANTITY.match(text)
-    if not match or match.group(2) in ("ni", "ui", "mi", "i"):
+    if not match:
         raise QuantityError('quantity "%s" is not a valid Kubernetes quantity' % text)
     number, suffix = Fraction(match.group(1)), match.group(2)
     if suffix in _BINARY:
