@@ -39,10 +39,11 @@ def fixture(name: str) -> Topology:
 
 
 def fixture_as_document(name: str) -> Dict[str, Any]:
-    """The fixture in the TOPOLOGY.md format, as a hidden-case runner would hand it to bin/kubecpu."""
+    """The fixture in the TOPOLOGY.md format: counters are derived from the map, and a null uncore is written
+    as 0 because that is the uncore cache the kubelet sees (a missing one would mean "same as socket")."""
     spec = load("topologies.json")[name]
     return {"format": "kubecpu.topology/v1", "source": "file",
-            "cpus": [{k: v for k, v in c.items() if v is not None} for c in spec["cpus"]]}
+            "cpus": [dict(c, uncore=c["uncore"] or 0) for c in spec["cpus"]]}
 
 
 def ids(items: List[Dict[str, Any]]) -> List[str]:
