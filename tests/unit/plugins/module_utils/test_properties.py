@@ -8,12 +8,14 @@ import os
 import shutil
 import tempfile
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import AllocationError, SMTAlignmentError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (
+    AllocationError, SMTAlignmentError, StateError)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.options import EXCLUSIVE_PAIRS, PolicyOptions
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.pod import Pod
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.policy import StaticPolicy, plan
@@ -140,7 +142,12 @@ class StoreMachine(RuleBasedStateMachine):
     def reload(self):
         restored = self.store.load()
         assert restored == self.state
-        self.policy.start(restored)  # a restored state always validates
+        if not restored.default and restored.entries:
+            # kubelet-exact: a shared pool consumed to the last CPU (no reserved CPU in it) fails validateState
+            with pytest.raises(StateError, match="default cpuset cannot be empty"):
+                self.policy.start(restored)
+            return
+        self.policy.start(restored)
 
     @invariant()
     def kubelet_invariants(self):
