@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Make ``ansible_collections.kubecpu.cpu_manager`` importable from a plain checkout.
 
 The repository root is the collection root. When it is not already checked out below an

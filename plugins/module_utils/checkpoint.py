@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
 """The kubelet's ``cpu_manager_state`` checkpoint (ALGORITHM.md section 17).

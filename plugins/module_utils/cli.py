@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
 """``kubecpu``: the node agent command line on the same core as the Ansible modules.
@@ -295,7 +294,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) 
             except AllocationError as exc:
                 row.update(cpus=None, exclusive=False, refused=str(exc))
             rows.append(row)
-    report = {"topology": dict(topo.summary(), source=topo.source), "reserved": str(policy.reserved),
+    report: Dict[str, Any] = {"topology": dict(topo.summary(), source=topo.source), "reserved": str(policy.reserved),
               "options": policy.options.enabled(), "containers": rows, "shared_pool": str(state.default),
               "checkpoint": state.to_dict()}
     if args.json:
@@ -306,7 +305,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) 
               % (topo.source, s["cpus"], s["cores"], s["sockets"], s["numa_nodes"], s["uncore_caches"],
                  s["threads_per_core"]))
     out.write("Static policy: reserved CPUs %s, options: %s\n\n" % (policy.reserved or "none",
-                                                                  ", ".join(report["options"]) or "none"))
+                                                                  ", ".join(policy.options.enabled()) or "none"))
     out.write("%-26s %-10s %-11s %-8s %s\n" % ("POD/CONTAINER", "QOS", "CPU REQUEST", "PINNED", "CPUS"))
     for row in rows:
         cpus = row["cpus"] if row["cpus"] is not None else "refused: " + row["refused"]

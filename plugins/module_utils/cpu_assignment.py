@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
 """How the kubelet's static policy chooses CPUs (ALGORITHM.md sections 10-13).
@@ -14,7 +13,7 @@ from __future__ import annotations
 
 import math
 from itertools import combinations
-from typing import AbstractSet, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import AbstractSet, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .cpuset import CPUSet
 from .errors import AllocationError
@@ -184,7 +183,7 @@ class Accumulator:
         return [u for u in self.sort_uncore_caches() if len(self.by_uncore.get(u, ())) == len(full[u])]
 
     # --- takes -----------------------------------------------------------------------------------
-    def _take_units(self, units: Sequence[int], members: Dict[int, AbstractSet[int]]) -> None:
+    def _take_units(self, units: Sequence[int], members: Mapping[int, AbstractSet[int]]) -> None:
         for unit in units:
             cpus = members[unit]
             if self.needs_at_least(len(cpus)):
@@ -271,9 +270,9 @@ def take_by_topology_packed(topo: Topology, available: AbstractSet[int], num_cpu
 def _go_round3(value: float) -> float:
     """math.Round(v*1000)/1000 with Go's half-away-from-zero rounding."""
     scaled = value * 1000
-    whole = math.trunc(scaled)
+    whole = float(math.trunc(scaled))
     if abs(scaled - whole) >= 0.5:
-        whole += math.copysign(1, scaled)
+        whole += math.copysign(1.0, scaled)
     return whole / 1000
 
 

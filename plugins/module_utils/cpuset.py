@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
 """CPU sets: the Linux CPU-list syntax ("0-3,8,10-11") and hex masks ("ff,ffffffff").
@@ -10,7 +9,7 @@ addition: CPU ids above ``MAX_CPU_ID`` are refused instead of building enormous 
 from __future__ import annotations
 
 import re
-from typing import AbstractSet, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import AbstractSet, FrozenSet, Iterable, Iterator, List, Optional, Tuple, Union
 
 from .errors import CPUSetError
 
@@ -37,6 +36,7 @@ class CPUSet:
     """An immutable set of non-negative CPU ids; ``str()`` gives the canonical CPU list."""
 
     __slots__ = ("_cpus",)
+    _cpus: FrozenSet[int]
 
     def __init__(self, cpus: Iterable[int] = ()) -> None:
         members = frozenset(cpus)
@@ -50,7 +50,7 @@ class CPUSet:
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
-    def parse(cls, text: str) -> "CPUSet":
+    def parse(cls, text: str) -> CPUSet:
         """Parse the Linux CPU-list syntax; "" is the empty set. Raises CPUSetError."""
         if not isinstance(text, str):
             raise CPUSetError(repr(text), "a CPU list must be a string")
@@ -72,7 +72,7 @@ class CPUSet:
         return cls._trusted(result)
 
     @classmethod
-    def parse_mask(cls, text: str) -> "CPUSet":
+    def parse_mask(cls, text: str) -> CPUSet:
         """Parse a hex mask as in /proc/<pid>/status ``Cpus_allowed`` ("ff,ffffffff")."""
         if not isinstance(text, str):
             raise CPUSetError(repr(text), "a CPU mask must be a string")
@@ -94,7 +94,7 @@ class CPUSet:
         return cls._trusted(cpus)
 
     @classmethod
-    def _trusted(cls, cpus: Iterable[int]) -> "CPUSet":
+    def _trusted(cls, cpus: Iterable[int]) -> CPUSet:
         """Build from ids already known to be valid (internal fast path)."""
         obj = cls.__new__(cls)
         object.__setattr__(obj, "_cpus", frozenset(cpus))
@@ -135,19 +135,19 @@ class CPUSet:
         return 'CPUSet("%s")' % self
 
     # --- set algebra --------------------------------------------------------------------------
-    def union(self, *others: "CPUSetLike") -> "CPUSet":
+    def union(self, *others: CPUSetLike) -> CPUSet:
         result = set(self._cpus)
         for other in others:
             result.update(_members(other))
         return CPUSet._trusted(result)
 
-    def intersection(self, other: "CPUSetLike") -> "CPUSet":
+    def intersection(self, other: CPUSetLike) -> CPUSet:
         return CPUSet._trusted(self._cpus.intersection(_members(other)))
 
-    def difference(self, other: "CPUSetLike") -> "CPUSet":
+    def difference(self, other: CPUSetLike) -> CPUSet:
         return CPUSet._trusted(self._cpus.difference(_members(other)))
 
-    def symmetric_difference(self, other: "CPUSetLike") -> "CPUSet":
+    def symmetric_difference(self, other: CPUSetLike) -> CPUSet:
         return CPUSet._trusted(self._cpus.symmetric_difference(_members(other)))
 
     __or__ = union
@@ -155,13 +155,13 @@ class CPUSet:
     __sub__ = difference
     __xor__ = symmetric_difference
 
-    def issubset(self, other: "CPUSetLike") -> bool:
+    def issubset(self, other: CPUSetLike) -> bool:
         return self._cpus.issubset(_members(other))
 
-    def issuperset(self, other: "CPUSetLike") -> bool:
+    def issuperset(self, other: CPUSetLike) -> bool:
         return self._cpus.issuperset(_members(other))
 
-    def isdisjoint(self, other: "CPUSetLike") -> bool:
+    def isdisjoint(self, other: CPUSetLike) -> bool:
         return self._cpus.isdisjoint(_members(other))
 
     # --- container protocol -------------------------------------------------------------------

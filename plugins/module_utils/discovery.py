@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
 """Topology discovery: sysfs first, then ``lscpu -p``, then ``/proc/cpuinfo``.
@@ -171,7 +170,7 @@ def parse_cpuinfo(text: str) -> List[CPUInfo]:
     """Parse /proc/cpuinfo: processor, physical id, core id (NUMA 0, uncore = socket)."""
     blocks: List[Dict[str, str]] = []
     current: Dict[str, str] = {}
-    for line in text.splitlines() + [""]:
+    for line in [*text.splitlines(), ""]:
         if not line.strip():
             if current:
                 blocks.append(current)
@@ -194,8 +193,8 @@ def parse_cpuinfo(text: str) -> List[CPUInfo]:
         raise TopologyError("/proc/cpuinfo lists no processor")
     lowest: Dict[Tuple[int, int], int] = {}
     for cpu, socket, core in procs:
-        key = (socket, cpu if core is None else core)
-        lowest[key] = min(cpu, lowest.get(key, cpu))
+        core_key = (socket, cpu if core is None else core)
+        lowest[core_key] = min(cpu, lowest.get(core_key, cpu))
     return [CPUInfo(cpu=cpu, core=lowest[(socket, cpu if core is None else core)], socket=socket, numa=0,
                     uncore=socket) for cpu, socket, core in procs]
 

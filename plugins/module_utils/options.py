@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
 """Static policy options: names, maturity, parsing and validation exactly as the kubelet does them."""

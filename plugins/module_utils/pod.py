@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
 """Pods as the policy sees them: containers with CPU/memory requests and limits, the QoS class and the
@@ -92,7 +91,7 @@ class Pod(NamedTuple):
         return integral_cpus(item.cpu_request)
 
     @classmethod
-    def from_dict(cls, doc: Any, where: str = "pod") -> "Pod":
+    def from_dict(cls, doc: Any, where: str = "pod") -> Pod:
         if not isinstance(doc, dict):
             raise PodSpecError("%s: a JSON object is expected" % where)
         uid = doc.get("uid")
@@ -153,7 +152,8 @@ def _container(item: Any, where: str, init: bool) -> Container:
             values[resource + "_request"] = values[resource + "_limit"]
     policy = item.get("restart_policy")
     if policy is not None and policy not in _RESTART_POLICIES:
-        raise PodSpecError('%s: "restart_policy" must be one of %s, got %r' % (where, ", ".join(_RESTART_POLICIES), policy))
+        raise PodSpecError('%s: "restart_policy" must be one of %s, got %r'
+                           % (where, ", ".join(_RESTART_POLICIES), policy))
     return Container(name=name, restart_policy=policy, init=init, **values)
 
 

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
 """The kubelet CPU manager policies, ``static`` and ``none`` (ALGORITHM.md sections 3-8).

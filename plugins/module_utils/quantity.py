@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
 """Kubernetes resource quantities ("2", "500m", "1.5", "1Gi", "256M", "1e3"), parsed exactly."""

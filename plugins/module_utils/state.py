@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
 """The CPU manager state: the shared (default) set and the exclusive assignments by pod and container."""
@@ -20,7 +19,7 @@ class CPUState:
         self.default = default
         self.entries: Entries = {pod: dict(containers) for pod, containers in (entries or {}).items()}
 
-    def copy(self) -> "CPUState":
+    def copy(self) -> CPUState:
         return CPUState(self.policy_name, self.default, self.entries)
 
     def get(self, pod_uid: str, container: str) -> Optional[CPUSet]:
@@ -46,6 +45,8 @@ class CPUState:
     def assigned(self) -> CPUSet:
         """Union of all exclusive assignments."""
         return CPUSet().union(*(cpus for _, _, cpus in self.assignments()))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable: not hashable
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CPUState):

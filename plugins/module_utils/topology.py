@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
 """The CPU topology model and its JSON form (``kubecpu.topology/v1``, see TOPOLOGY.md).
@@ -191,7 +190,7 @@ class Topology:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
     @classmethod
-    def from_dict(cls, doc: Any, where: str = "topology") -> "Topology":
+    def from_dict(cls, doc: Any, where: str = "topology") -> Topology:
         if not isinstance(doc, dict):
             raise TopologyError("%s: a JSON object is expected, got %s" % (where, type(doc).__name__))
         fmt = doc.get("format", FORMAT)
@@ -212,7 +211,7 @@ class Topology:
             raise TopologyError("%s: %s" % (where, exc)) from None
 
     @classmethod
-    def from_json(cls, text: str, where: str = "topology") -> "Topology":
+    def from_json(cls, text: str, where: str = "topology") -> Topology:
         try:
             doc = json.loads(text)
         except ValueError as exc:
@@ -220,7 +219,7 @@ class Topology:
         return cls.from_dict(doc, where)
 
     @classmethod
-    def load(cls, path: str) -> "Topology":
+    def load(cls, path: str) -> Topology:
         try:
             with open(path, encoding="utf-8") as handle:
                 text = handle.read()

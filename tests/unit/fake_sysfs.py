@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Builds fake sysfs trees (the files TOPOLOGY.md names) for discovery tests."""
 
 from __future__ import annotations

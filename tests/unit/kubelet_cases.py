@@ -1,11 +1,10 @@
-# -*- coding: utf-8 -*-
 """Loads ../shared/kubelet-cases (the kubelet's own unit-test cases as data) for the tests."""
 
 from __future__ import annotations
 
 import json
 import os
-from functools import lru_cache
+from functools import cache
 from typing import Any, Dict, List
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology import CPUInfo, Counters, Topology
@@ -15,7 +14,7 @@ SHARED = os.environ.get("KUBECPU_SHARED", os.path.join(os.path.dirname(ROOT), "s
 CASES = os.path.join(SHARED, "kubelet-cases")
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(name: str) -> Any:
     with open(os.path.join(CASES, name), encoding="utf-8") as handle:
         return json.load(handle)
@@ -25,7 +24,7 @@ def cases(name: str, **match: Any) -> List[Dict[str, Any]]:
     return [c for c in load(name)["cases"] if all(c.get(k) == v for k, v in match.items())]
 
 
-@lru_cache(maxsize=None)
+@cache
 def fixture(name: str) -> Topology:
     """A kubelet test fixture with its declared counters (uncore null = uncore cache 0, as Go sees it)."""
     spec = load("topologies.json")[name]

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """The kubelet checkpoint format: every checkpoint case of kubelet-cases/, checksum and byte-exact writing."""
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """bin/kubecpu: the kubelet cases through the command line, exit codes, and the state commands."""
 
 from __future__ import annotations
@@ -198,7 +197,7 @@ class Node:
 
     def pod(self, uid, containers, init=()):
         path = self.tmp / ("%s.json" % uid)
-        make = lambda name, cpu, **kw: dict({"name": name, "cpu_request": cpu, "cpu_limit": cpu,  # noqa: E731
+        make = lambda name, cpu, **kw: dict({"name": name, "cpu_request": cpu, "cpu_limit": cpu,
                                              "memory_request": "1G", "memory_limit": "1G"}, **kw)
         path.write_text(json.dumps({"uid": uid, "name": uid, "namespace": "ns",
                                     "containers": [make(n, c) for n, c in containers],

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """The kubelet's take-by-topology and accumulator cases (kubelet-cases/), plus D1 and D2."""
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """CPU sets: Linux CPU-list syntax (k8s.io/utils/cpuset semantics), hex masks, algebra."""
 
 from __future__ import annotations

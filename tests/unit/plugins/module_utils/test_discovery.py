@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Topology discovery from fake sysfs trees, lscpu and /proc/cpuinfo; the topology JSON format."""
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.discovery impo
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import TopologyError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology import Topology
 
-from fake_sysfs import FakeCPU, build, machine
+from fake_sysfs import build, machine
 
 # (name, cpus, expected summary: cpus, cores, sockets, numa, uncore, threads per core)
 MACHINES = [

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """The kubelet's static-policy cases (kubelet-cases/static_policy.json) on the pure policy."""
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Property tests: allocation invariants over random topologies and free sets, and a state machine over
 allocate / release / reload on the real store."""
 

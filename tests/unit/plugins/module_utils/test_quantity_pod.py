@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Kubernetes quantities, QoS classes and the exclusive CPU count (ALGORITHM.md section 5)."""
 
 from __future__ import annotations

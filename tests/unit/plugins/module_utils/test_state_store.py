@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """The state store: atomic durable writes, the previous generation, locking, corruption kept, reset,
 crash safety under SIGKILL and many concurrent writers."""
 
