@@ -301,16 +301,16 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) 
         _emit(out, report)
         return 0
     s = topo.summary()
-    out.write("Node (%s): %d CPUs, %d cores, %d sockets, %d NUMA nodes, %d uncore caches, %d threads per core\n"
-              % (topo.source, s["cpus"], s["cores"], s["sockets"], s["numa_nodes"], s["uncore_caches"],
-                 s["threads_per_core"]))
-    out.write("Static policy: reserved CPUs %s, options: %s\n\n" % (policy.reserved or "none",
-                                                                  ", ".join(policy.options.enabled()) or "none"))
+    out.write("Node (%s): %d CPUs, %d cores, %d sockets, %d NUMA nodes, %d uncore caches, %d threads per core\n" % (
+        topo.source, s["cpus"], s["cores"], s["sockets"], s["numa_nodes"], s["uncore_caches"], s["threads_per_core"]))
+    options = ", ".join(policy.options.enabled()) or "none"
+    out.write("Static policy: reserved CPUs %s, options: %s\n\n" % (policy.reserved or "none", options))
     out.write("%-26s %-10s %-11s %-8s %s\n" % ("POD/CONTAINER", "QOS", "CPU REQUEST", "PINNED", "CPUS"))
     for row in rows:
         cpus = row["cpus"] if row["cpus"] is not None else "refused: " + row["refused"]
-        out.write("%-26s %-10s %-11s %-8s %s\n" % ("%s/%s" % (row["pod"], row["container"]), row["qos"],
-                                                  row["cpu_request"], "yes" if row["exclusive"] else "no", cpus))
+        name = "%s/%s" % (row["pod"], row["container"])
+        pinned = "yes" if row["exclusive"] else "no"
+        out.write("%-26s %-10s %-11s %-8s %s\n" % (name, row["qos"], row["cpu_request"], pinned, cpus))
     out.write("\nShared pool after these allocations: %s\n" % (state.default or "(empty)"))
     return 0
 

@@ -176,7 +176,7 @@ def parse_cpuinfo(text: str) -> List[CPUInfo]:
                 blocks.append(current)
                 current = {}
             continue
-        key, _, value = line.partition(":")
+        key, _sep, value = line.partition(":")
         current[key.strip()] = value.strip()
     procs = []
     for block in blocks:

@@ -44,7 +44,7 @@ class CPUState:
 
     def assigned(self) -> CPUSet:
         """Union of all exclusive assignments."""
-        return CPUSet().union(*(cpus for _, _, cpus in self.assignments()))
+        return CPUSet().union(*(cpus for _pod, _name, cpus in self.assignments()))
 
     __hash__ = None  # type: ignore[assignment]  # mutable: not hashable
 

@@ -91,7 +91,7 @@ def test_take_by_topology_cases_through_plan(case, topo_files):
         assert (code, json.loads(out), err) == (0, {"cpus": case["expected"]}, "")
 
 
-ALLOCATE = [c for c in cases("static_policy.json", kind="allocate")]
+ALLOCATE = cases("static_policy.json", kind="allocate")
 
 
 def _valid_state(case, policy_reserved, strict):
@@ -180,7 +180,7 @@ def test_plan_reads_the_topology_from_stdin(topo_files):
 
 def test_topology_command_discovers_a_sysfs_tree(tmp_path):
     root = build(str(tmp_path), machine(2, 2, 2), isolated="3")
-    code, out, _ = run(["topology", "--sysfs-root", root])
+    code, out, _err = run(["topology", "--sysfs-root", root])
     doc = json.loads(out)
     assert code == 0 and doc["format"] == "kubecpu.topology/v1" and doc["source"] == "sysfs"
     assert len(doc["cpus"]) == 8 and doc["isolated"] == "3"
@@ -213,11 +213,11 @@ class Node:
 
 def test_missing_state_is_created_as_the_kubelet_creates_it(tmp_path, topo_files):
     node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
-    code, out, _ = run(["state", "--state", node.state])
+    code, out, _err = run(["state", "--state", node.state])
     assert (code, json.loads(out)) == (0, {"policyName": "static", "defaultCpuSet": "", "entries": {}})
     assert open(node.state, "rb").read() == b'{"policyName":"static","defaultCpuSet":"","checksum":%d}' % checksum(
         "static", "", {})
-    code, out, _ = node.run("state")
+    code, out, _err = node.run("state")
     assert json.loads(out)["defaultCpuSet"] == "0-11"  # after the policy's Start
     assert open(node.state, "rb").read() == encode(CPUState("static", CPUSet.parse("0-11")))
 
@@ -226,9 +226,9 @@ def test_allocate_release_cycle(tmp_path, topo_files):
     node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
     pod = node.pod("uid-1", [("app", "4"), ("side", "500m")], init=[("init", "2", {})])
     assert node.run("allocate", "--pod", pod, "--container", "init")[:2] == (0, '{"cpus": "2,8", "exclusive": true}\n')
-    code, out, _ = node.run("allocate", "--pod", pod, "--container", "app")
+    code, out, _err = node.run("allocate", "--pod", pod, "--container", "app")
     assert json.loads(out) == {"cpus": "2,4,8,10", "exclusive": True}  # reuses the init container's CPUs
-    code, out, _ = node.run("allocate", "--pod", pod, "--container", "side")
+    code, out, _err = node.run("allocate", "--pod", pod, "--container", "side")
     assert json.loads(out) == {"cpus": "0-1,3,5-7,9,11", "exclusive": False}
     again = node.run("allocate", "--pod", pod, "--container", "app")
     assert json.loads(again[1])["cpus"] == "2,4,8,10"
@@ -247,7 +247,7 @@ def test_refusals_leave_the_file_unchanged(tmp_path, topo_files):
     assert (code, out, err.strip()) == (1, "", "not enough cpus available to satisfy request: requested=12, available=11")
     assert open(node.state, "rb").read() == before
     odd = node.pod("uid-odd", [("app", "3")])
-    code, _, err = node.run("allocate", "--pod", odd, "--container", "app", "--option", "full-pcpus-only")
+    code, _out, err = node.run("allocate", "--pod", odd, "--container", "app", "--option", "full-pcpus-only")
     assert code == 1 and "SMT Alignment Error" in err and open(node.state, "rb").read() == before
 
 
@@ -256,13 +256,13 @@ def test_invalid_and_corrupt_states_are_reported_and_kept(tmp_path, topo_files):
     corrupt = b'{"policyName":"static","defaultCpuSet":"0-11","checksum":7}'
     with open(node.state, "wb") as handle:
         handle.write(corrupt)
-    code, _, err = node.run("state")
+    code, _out, err = node.run("state")
     assert code == 1 and "checkpoint is corrupted" in err and node.state in err
     assert open(node.state, "rb").read() == corrupt
     foreign = encode(CPUState("static", CPUSet.parse("0-12")))
     with open(node.state, "wb") as handle:
         handle.write(foreign)
-    code, _, err = node.run("allocate", "--pod", node.pod("u", [("a", "1")]), "--container", "a")
+    code, _out, err = node.run("allocate", "--pod", node.pod("u", [("a", "1")]), "--container", "a")
     assert code == 1 and 'current set of available CPUs "0-11" doesn\'t match with CPUs in state "0-12"' in err
     assert open(node.state, "rb").read() == foreign
     code, out, err = node.run("state", "--reset")
@@ -273,9 +273,9 @@ def test_invalid_and_corrupt_states_are_reported_and_kept(tmp_path, topo_files):
 
 def test_reservation_rules(tmp_path, topo_files):
     node = Node(tmp_path, topo_files)
-    code, _, err = node.run("state", "--num-reserved", "1", "--reserved-cpus", "0-1")
+    code, _out, err = node.run("state", "--num-reserved", "1", "--reserved-cpus", "0-1")
     assert code == 2 and "[cpumanager] unable to reserve the required amount of CPUs (size of 0-1 did not equal 1)" in err
-    code, out, _ = node.run("state", "--reserved-cpus", "0-1", "--option", "strict-cpu-reservation")
+    code, out, _err = node.run("state", "--reserved-cpus", "0-1", "--option", "strict-cpu-reservation")
     assert code == 0 and json.loads(out)["defaultCpuSet"] == "2-11"
     (tmp_path / "zero").mkdir()
     assert Node(tmp_path / "zero", topo_files).run("state", "--num-reserved", "0")[0] == 0  # as the policy accepts
@@ -283,19 +283,19 @@ def test_reservation_rules(tmp_path, topo_files):
 
 def test_none_policy(tmp_path, topo_files):
     node = Node(tmp_path, topo_files, extra=["--policy", "none"])
-    code, out, _ = node.run("allocate", "--pod", node.pod("u", [("a", "2")]), "--container", "a")
+    code, out, _err = node.run("allocate", "--pod", node.pod("u", [("a", "2")]), "--container", "a")
     assert (code, json.loads(out)) == (0, {"cpus": "", "exclusive": False})
     assert open(node.state, "rb").read() == b'{"policyName":"none","defaultCpuSet":"","checksum":1353318690}'
-    code, _, err = node.run("state", "--option", "full-pcpus-only")
+    code, _out, err = node.run("state", "--option", "full-pcpus-only")
     assert code == 2 and "None policy: received unsupported options=map[full-pcpus-only:true]" in err
-    code, _, err = run(["state", "--state", node.state])  # configured static, file says none
+    code, _out, err = run(["state", "--state", node.state])  # configured static, file says none
     assert code == 1 and 'configured policy "static" differs from state checkpoint policy "none"' in err
 
 
 def test_read_only_state(tmp_path, topo_files):
     node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
     node.run("state")
-    code, _, err = node.run("allocate", "--pod", node.pod("u", [("a", "2")]), "--container", "a", "--read-only")
+    code, _out, err = node.run("allocate", "--pod", node.pod("u", [("a", "2")]), "--container", "a", "--read-only")
     assert code == 1 and "read-only" in err
     assert node.run("state", "--read-only")[0] == 0
 
@@ -309,14 +309,19 @@ def test_bad_pod_files(tmp_path, topo_files):
     assert node.run("allocate", "--pod", str(tmp_path / "missing.json"), "--container", "a")[0] == 2
 
 
-def test_the_launcher_runs_with_plain_python(tmp_path, topo_files):
-    """bin/kubecpu as a user runs it: a separate python3 with no Ansible on the path."""
-    env = {"PATH": os.environ.get("PATH", ""), "PYTHONNOUSERSITE": "1"}
-    proc = subprocess.run([sys.executable, "-S", KUBECPU, "plan", "--topology", topo_files["topoDualSocketHT"],
-                           "--available", "0-11", "--count", "2"], capture_output=True, text=True, env=env)
+def test_the_launcher_runs_with_plain_python(topo_files):
+    """bin/kubecpu as a user runs it: the sh launcher, python3 from PATH, no Ansible importable."""
+    env = {"PATH": os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"]), "PYTHONNOUSERSITE": "1",
+           "KUBECPU_PYTHON": sys.executable}
+
+    def kubecpu(*argv):
+        return subprocess.run([KUBECPU, *argv], capture_output=True, text=True, env=env, check=False)
+    proc = kubecpu("plan", "--topology", topo_files["topoDualSocketHT"], "--available", "0-11", "--count", "2")
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, '{"cpus": "0,6"}\n', "")
-    proc = subprocess.run([sys.executable, "-S", KUBECPU, "plan", "--available", "0"], capture_output=True,
-                          text=True, env=env)
+    proc = kubecpu("plan", "--available", "0")
     assert proc.returncode == 2 and "required" in proc.stderr
-    proc = subprocess.run([sys.executable, "-S", KUBECPU, "demo", "--json"], capture_output=True, text=True, env=env)
+    proc = kubecpu("demo", "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["containers"]
+    proc = subprocess.run([sys.executable, "-S", KUBECPU + ".py", "--version"], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "kubecpu 0.1.0"  # no site-packages at all

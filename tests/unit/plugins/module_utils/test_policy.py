@@ -80,9 +80,10 @@ def test_allocate(case):
         if expected.get("error_kind") == "SMTAlignmentError":
             smt = expected["smt_alignment_error"]
             assert isinstance(err.value, SMTAlignmentError)
-            assert (err.value.requested_cpus, err.value.cpus_per_core, err.value.available_physical_cpus,
-                    err.value.caused_by_physical_cpus) == (smt["RequestedCPUs"], smt["CpusPerCore"],
-                                                          smt["AvailablePhysicalCPUs"], smt["CausedByPhysicalCPUs"])
+            got = (err.value.requested_cpus, err.value.cpus_per_core, err.value.available_physical_cpus,
+                   err.value.caused_by_physical_cpus)
+            assert got == (smt["RequestedCPUs"], smt["CpusPerCore"], smt["AvailablePhysicalCPUs"],
+                           smt["CausedByPhysicalCPUs"])
         assert state == before
         return
     result = policy.allocate(state, pod, case["container"], hint)

@@ -153,7 +153,7 @@ class StoreMachine(RuleBasedStateMachine):
         if not hasattr(self, "policy"):
             return
         state, policy = self.state, self.policy
-        sets = [cpus for _, _, cpus in state.assignments()]
+        sets = [cpus for _pod, _name, cpus in state.assignments()]
         seen = CPUSet()
         for cpus in sets:
             assert cpus.isdisjoint(seen) and cpus.isdisjoint(state.default)

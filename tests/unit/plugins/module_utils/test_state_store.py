@@ -97,7 +97,7 @@ def test_lock_timeout_names_the_file(tmp_path):
                     os._exit(0)
             except StoreError as exc:
                 os._exit(3 if "timed out" in str(exc) and path in str(exc) else 4)
-        _, status = os.waitpid(child, 0)
+        _pid, status = os.waitpid(child, 0)
     assert os.WEXITSTATUS(status) == 3
 
 
@@ -109,7 +109,7 @@ def test_sigkill_at_random_points_never_leaves_a_broken_file(tmp_path):
     StateStore(path).save(states[0])
     rng = random.Random(1234)
     kills = 0
-    for _ in range(220):
+    for _kill in range(220):
         child = os.fork()
         if child == 0:
             store = StateStore(path)
@@ -141,11 +141,12 @@ def test_fifty_concurrent_allocations(tmp_path):
         pod.write_text(json.dumps({"uid": "uid-%d" % n, "name": "p%d" % n, "namespace": "ns", "containers": [
             {"name": "app", "cpu_request": "2", "cpu_limit": "2", "memory_request": "1G", "memory_limit": "1G"}]}))
         procs.append(subprocess.Popen(
-            [sys.executable, KUBECPU, "allocate", "--topology", str(topo), "--state", state, "--num-reserved", "2",
-             "--pod", str(pod), "--container", "app"], stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+            [KUBECPU, "allocate", "--topology", str(topo), "--state", state, "--num-reserved", "2",
+             "--pod", str(pod), "--container", "app"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=dict(os.environ, KUBECPU_PYTHON=sys.executable)))
     outputs = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [0] * 50, [e for _, e in outputs]
-    results = [CPUSet.parse(json.loads(out)["cpus"]) for out, _ in outputs]
+    assert [p.returncode for p in procs] == [0] * 50, [e for _out, e in outputs]
+    results = [CPUSet.parse(json.loads(out)["cpus"]) for out, _err in outputs]
     final = StateStore(state).load()
     assert final is not None and len(final.entries) == 50
     seen = CPUSet()
