@@ -294,9 +294,10 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) 
             except AllocationError as exc:
                 row.update(cpus=None, exclusive=False, refused=str(exc))
             rows.append(row)
-    report: Dict[str, Any] = {"topology": dict(topo.summary(), source=topo.source), "reserved": str(policy.reserved),
-              "options": policy.options.enabled(), "containers": rows, "shared_pool": str(state.default),
-              "checkpoint": state.to_dict()}
+    report: Dict[str, Any] = {
+        "topology": dict(topo.summary(), source=topo.source), "reserved": str(policy.reserved),
+        "options": policy.options.enabled(), "containers": rows, "shared_pool": str(state.default),
+        "checkpoint": state.to_dict()}
     if args.json:
         _emit(out, report)
         return 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from itertools import combinations
-from typing import AbstractSet, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .cpuset import CPUSet
 from .errors import AllocationError
@@ -22,33 +22,11 @@ from .topology import Topology
 PACKED = "packed"
 SPREAD = "spread"
 
-_Counts = Dict[int, Dict[int, int]]
-
-
-def _inc(table: _Counts, outer: int, inner: int) -> None:
-    row = table.get(outer)
-    if row is None:
-        table[outer] = {inner: 1}
-    else:
-        row[inner] = row.get(inner, 0) + 1
-
-
-def _dec(table: _Counts, outer: int, inner: int) -> None:
-    row = table[outer]
-    left = row[inner] - 1
-    if left:
-        row[inner] = left
-    else:
-        del row[inner]
-        if not row:
-            del table[outer]
-
-
 class Accumulator:
     """The kubelet's cpuAccumulator: free CPUs ("details"), the need and the result.
 
-    Per-unit free CPU sets and the unit relations among free CPUs are kept up to date on every take,
-    so the kubelet's sort orders cost no rescan of the free set.
+    Free CPUs are kept per unit (core, socket, NUMA node, uncore cache); the unit relations among free
+    CPUs (which cores of a socket still have a free CPU, ...) are derived from them when a sort needs them.
     """
 
     def __init__(self, topo: Topology, available: Iterable[int], need: int, strategy: str = PACKED) -> None:
@@ -57,33 +35,17 @@ class Accumulator:
         self.result: Set[int] = set()
         self.numa_first = topo.num_sockets >= topo.num_numa
         self.spread = strategy == SPREAD
-        self.free: Set[int] = set()
-        self.by_core: Dict[int, Set[int]] = {}
-        self.by_socket: Dict[int, Set[int]] = {}
-        self.by_numa: Dict[int, Set[int]] = {}
-        self.by_uncore: Dict[int, Set[int]] = {}
-        # relations among free CPUs: outer unit -> inner unit -> number of free CPUs in both
-        self.numa_sockets: _Counts = {}
-        self.socket_numas: _Counts = {}
-        self.socket_cores: _Counts = {}
-        self.numa_cores: _Counts = {}
-        self.numa_uncores: _Counts = {}
-        loc = topo.loc
-        for cpu in available:
-            where = loc.get(cpu)
-            if where is None or cpu in self.free:
-                continue
-            self.free.add(cpu)
-            core, socket, numa, uncore = where
-            self.by_core.setdefault(core, set()).add(cpu)
-            self.by_socket.setdefault(socket, set()).add(cpu)
-            self.by_numa.setdefault(numa, set()).add(cpu)
-            self.by_uncore.setdefault(uncore, set()).add(cpu)
-            _inc(self.numa_sockets, numa, socket)
-            _inc(self.socket_numas, socket, numa)
-            _inc(self.socket_cores, socket, core)
-            _inc(self.numa_cores, numa, core)
-            _inc(self.numa_uncores, numa, uncore)
+        free = topo.all_cpus.as_frozenset().intersection(available)
+        self.free: Set[int] = set(free)
+        self.by_core = _split(topo.core_cpus, free)
+        self.by_socket = _split(topo.socket_cpus, free)
+        self.by_numa = _split(topo.numa_cpus, free)
+        self.by_uncore = _split(topo.uncore_cpus, free)
+
+    def _inner(self, outer: Dict[int, Set[int]], unit: int, level: int) -> Set[int]:
+        """Units of ``level`` (0 core, 1 socket, 2 NUMA, 3 uncore) among the free CPUs of ``outer[unit]``."""
+        loc = self.topo.loc
+        return {loc[cpu][level] for cpu in outer.get(unit, ())}
 
     # --- state ---------------------------------------------------------------------------------
     def is_satisfied(self) -> bool:
@@ -98,24 +60,18 @@ class Accumulator:
     def take(self, cpus: Iterable[int]) -> None:
         """Claim the CPUs of ``cpus`` that are still free (D2); the need drops by what was added."""
         loc = self.topo.loc
+        tables = (self.by_core, self.by_socket, self.by_numa, self.by_uncore)
         for cpu in cpus:
             if cpu not in self.free:
                 continue
             self.free.discard(cpu)
             self.result.add(cpu)
             self.need -= 1
-            core, socket, numa, uncore = loc[cpu]
-            for table, key in ((self.by_core, core), (self.by_socket, socket), (self.by_numa, numa),
-                               (self.by_uncore, uncore)):
+            for table, key in zip(tables, loc[cpu]):
                 members = table[key]
                 members.discard(cpu)
                 if not members:
                     del table[key]
-            _dec(self.numa_sockets, numa, socket)
-            _dec(self.socket_numas, socket, numa)
-            _dec(self.socket_cores, socket, core)
-            _dec(self.numa_cores, numa, core)
-            _dec(self.numa_uncores, numa, uncore)
 
     # --- the kubelet's orders (ascending free CPUs in the unit, then id) -----------------------
     @staticmethod
@@ -127,7 +83,7 @@ class Accumulator:
             return self._sorted(self.by_numa, self.by_numa)
         out: List[int] = []
         for socket in self.sort_sockets():
-            out.extend(self._sorted(self.socket_numas.get(socket, ()), self.by_numa))
+            out.extend(self._sorted(self._inner(self.by_socket, socket, 2), self.by_numa))
         return out
 
     def sort_sockets(self) -> List[int]:
@@ -135,23 +91,23 @@ class Accumulator:
             return self._sorted(self.by_socket, self.by_socket)
         out: List[int] = []
         for numa in self.sort_numa_nodes():
-            out.extend(self._sorted(self.numa_sockets.get(numa, ()), self.by_socket))
+            out.extend(self._sorted(self._inner(self.by_numa, numa, 1), self.by_socket))
         return out
 
     def sort_cores(self) -> List[int]:
         out: List[int] = []
         if self.numa_first:
             for socket in self.sort_sockets():
-                out.extend(self._sorted(self.socket_cores.get(socket, ()), self.by_core))
+                out.extend(self._sorted(self._inner(self.by_socket, socket, 0), self.by_core))
         else:
             for numa in self.sort_numa_nodes():
-                out.extend(self._sorted(self.numa_cores.get(numa, ()), self.by_core))
+                out.extend(self._sorted(self._inner(self.by_numa, numa, 0), self.by_core))
         return out
 
     def sort_uncore_caches(self) -> List[int]:
         out: List[int] = []
         for numa in self.sort_numa_nodes():
-            out.extend(self._sorted(self.numa_uncores.get(numa, ()), self.by_uncore))
+            out.extend(self._sorted(self._inner(self.by_numa, numa, 3), self.by_uncore))
         return out
 
     def free_cpus(self) -> List[int]:
@@ -237,6 +193,16 @@ class Accumulator:
         groups_per_numa = (groups - 1) // num_numa + 1
         groups_needed = (self.need - 1) // group + 1
         return (groups_needed - 1) // groups_per_numa + 1, min(groups_needed, len(self.by_numa))
+
+
+def _split(units: Mapping[int, FrozenSet[int]], free: FrozenSet[int]) -> Dict[int, Set[int]]:
+    """Free CPUs per unit, only units that have one."""
+    out: Dict[int, Set[int]] = {}
+    for unit, members in units.items():
+        mine = members & free
+        if mine:
+            out[unit] = set(mine)
+    return out
 
 
 def _not_enough(requested: int, available: AbstractSet[int]) -> AllocationError:

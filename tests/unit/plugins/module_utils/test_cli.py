@@ -197,8 +197,9 @@ class Node:
 
     def pod(self, uid, containers, init=()):
         path = self.tmp / ("%s.json" % uid)
-        make = lambda name, cpu, **kw: dict({"name": name, "cpu_request": cpu, "cpu_limit": cpu,
-                                             "memory_request": "1G", "memory_limit": "1G"}, **kw)
+        def make(name, cpu, **kw):
+            return dict({"name": name, "cpu_request": cpu, "cpu_limit": cpu, "memory_request": "1G",
+                         "memory_limit": "1G"}, **kw)
         path.write_text(json.dumps({"uid": uid, "name": uid, "namespace": "ns",
                                     "containers": [make(n, c) for n, c in containers],
                                     "init_containers": [make(n, c, **kw) for n, c, kw in init]}))
@@ -322,6 +323,6 @@ def test_the_launcher_runs_with_plain_python(topo_files):
     assert proc.returncode == 2 and "required" in proc.stderr
     proc = kubecpu("demo", "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["containers"]
-    proc = subprocess.run([sys.executable, "-S", KUBECPU + ".py", "--version"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-S", KUBECPU, "--version"], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "kubecpu 0.1.0"  # no site-packages at all

@@ -1,0 +1,45 @@
+# -*- coding: utf-8 -*-
+"""Shared helpers of the benchmark scripts: import path, generated topologies, percentiles."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Callable, List, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import conftest  # noqa: E402,F401  (makes ansible_collections.kubecpu.cpu_manager importable)
+
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology import CPUInfo, Topology  # noqa: E402
+
+
+def generated(sockets: int, cores: int, threads: int, numa_per_socket: int, l3_per_socket: int) -> Topology:
+    """Linux-style numbering: thread t of global core g is CPU g + t * total cores."""
+    total = sockets * cores
+    cpus = []
+    for t in range(threads):
+        for g in range(total):
+            socket, local = divmod(g, cores)
+            cpus.append(CPUInfo(cpu=g + t * total, core=g, socket=socket,
+                                numa=socket * numa_per_socket + local * numa_per_socket // cores,
+                                uncore=socket * l3_per_socket + local * l3_per_socket // cores))
+    return Topology(cpus)
+
+
+TOPOLOGIES: List[Tuple[str, Callable[[], Topology]]] = [
+    ("2x64x2 (256 CPUs, 8 NUMA, 16 L3)", lambda: generated(2, 64, 2, 4, 8)),
+    ("4x32x2 (256 CPUs, 4 NUMA, 8 L3)", lambda: generated(4, 32, 2, 1, 2)),
+]
+
+
+def percentiles(samples: List[float]) -> Tuple[float, float]:
+    ordered = sorted(samples)
+    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The whole test suite: set-up, ruff, mypy, yamllint, unit/property/reliability tests, ansible-test sanity,
+# and a quick run of the benchmarks (they must keep working). Exits non-zero on the first failing stage.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+bash scripts/setup.sh
+export PATH="$root/.venv/bin:$PATH"
+started=$SECONDS
+
+stage() { printf '\n=== %s\n' "$*"; }
+
+stage "ruff"
+ruff check plugins tests bin/kubecpu benchmarks
+stage "mypy (plugins/module_utils)"
+mypy
+stage "yamllint"
+yamllint -s -d '{extends: default, rules: {line-length: {max: 160}, document-start: {present: true}}}' \
+  galaxy.yml meta changelogs
+stage "antsibull-changelog lint"
+antsibull-changelog lint
+
+stage "unit, property and reliability tests (pytest)"
+mkdir -p tests/output
+python -m pytest -n 2 -q --junitxml=tests/output/junit.xml tests/unit
+
+stage "ansible-test sanity (offline, collection copied to ansible_collections/kubecpu/cpu_manager)"
+work=$(mktemp -d "${TMPDIR:-/tmp}/kubecpu-sanity.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+dest="$work/ansible_collections/kubecpu/cpu_manager"
+mkdir -p "$dest"
+git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C "$dest"
+(cd "$dest" && ansible-test sanity --python 3.11 --venv --color no)
+
+stage "benchmarks (quick run)"
+python benchmarks/allocation.py --quick
+python benchmarks/state.py --quick
+
+python - <<'PY'
+import xml.etree.ElementTree as ET
+suite = ET.parse("tests/output/junit.xml").getroot()
+suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+tests, failures, errors, skipped = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+print("\nall stages passed")
+print("pytest: %d passed, %d failed, %d skipped" % (tests - failures - errors - skipped, failures + errors, skipped))
+PY
+echo "suite time: $((SECONDS - started)) s"
