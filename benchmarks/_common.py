@@ -1,16 +1,15 @@
-# -*- coding: utf-8 -*-
 """Shared helpers of the benchmark scripts: import path, generated topologies, percentiles."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import time
 from typing import Callable, List, Tuple
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-import conftest  # noqa: E402,F401  (makes ansible_collections.kubecpu.cpu_manager importable)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+importlib.import_module("conftest")  # makes ansible_collections.kubecpu.cpu_manager importable
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology import CPUInfo, Topology  # noqa: E402
 

@@ -22,6 +22,7 @@ from .topology import Topology
 PACKED = "packed"
 SPREAD = "spread"
 
+
 class Accumulator:
     """The kubelet's cpuAccumulator: free CPUs ("details"), the need and the result.
 

@@ -185,7 +185,7 @@ class CPUSet:
     def __hash__(self) -> int:
         return hash(self._cpus)
 
-    def as_frozenset(self) -> AbstractSet[int]:
+    def as_frozenset(self) -> FrozenSet[int]:
         return self._cpus
 
     def sorted(self) -> List[int]:

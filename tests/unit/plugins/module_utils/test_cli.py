@@ -197,6 +197,7 @@ class Node:
 
     def pod(self, uid, containers, init=()):
         path = self.tmp / ("%s.json" % uid)
+
         def make(name, cpu, **kw):
             return dict({"name": name, "cpu_request": cpu, "cpu_limit": cpu, "memory_request": "1G",
                          "memory_limit": "1G"}, **kw)
