@@ -9,22 +9,11 @@ import time
 from typing import Callable, List, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-importlib.import_module("conftest")  # makes ansible_collections.kubecpu.cpu_manager importable
+importlib.import_module("conftest")  # makes the collection and the test helpers importable
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology import CPUInfo, Topology  # noqa: E402
+from generated import generated  # noqa: E402
 
-
-def generated(sockets: int, cores: int, threads: int, numa_per_socket: int, l3_per_socket: int) -> Topology:
-    """Linux-style numbering: thread t of global core g is CPU g + t * total cores."""
-    total = sockets * cores
-    cpus = []
-    for t in range(threads):
-        for g in range(total):
-            socket, local = divmod(g, cores)
-            cpus.append(CPUInfo(cpu=g + t * total, core=g, socket=socket,
-                                numa=socket * numa_per_socket + local * numa_per_socket // cores,
-                                uncore=socket * l3_per_socket + local * l3_per_socket // cores))
-    return Topology(cpus)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology import Topology  # noqa: E402
 
 
 TOPOLOGIES: List[Tuple[str, Callable[[], Topology]]] = [

@@ -302,8 +302,9 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) 
         _emit(out, report)
         return 0
     s = topo.summary()
-    out.write("Node (%s): %d CPUs, %d cores, %d sockets, %d NUMA nodes, %d uncore caches, %d threads per core\n" % (
-        topo.source, s["cpus"], s["cores"], s["sockets"], s["numa_nodes"], s["uncore_caches"], s["threads_per_core"]))
+    counts = [_plural(s[key], word) for key, word in (("cpus", "CPU"), ("cores", "core"), ("sockets", "socket"), (
+        "numa_nodes", "NUMA node"), ("uncore_caches", "uncore cache"), ("threads_per_core", "thread"))]
+    out.write("Node (%s): %s per core\n" % (topo.source, ", ".join(counts)))
     options = ", ".join(policy.options.enabled()) or "none"
     out.write("Static policy: reserved CPUs %s, options: %s\n\n" % (policy.reserved or "none", options))
     out.write("%-26s %-10s %-11s %-8s %s\n" % ("POD/CONTAINER", "QOS", "CPU REQUEST", "PINNED", "CPUS"))
@@ -314,6 +315,10 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) 
         out.write("%-26s %-10s %-11s %-8s %s\n" % (name, row["qos"], row["cpu_request"], pinned, cpus))
     out.write("\nShared pool after these allocations: %s\n" % (state.default or "(empty)"))
     return 0
+
+
+def _plural(count: int, word: str) -> str:
+    return "%d %s%s" % (count, word, "" if count == 1 else "s")
 
 
 def doc_request(doc: Dict[str, Any], name: str) -> str:

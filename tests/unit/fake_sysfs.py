@@ -82,13 +82,7 @@ def build(root: str, cpus: List[FakeCPU], offline: Iterable[int] = (), isolated:
 
 def machine(sockets: int, cores_per_socket: int, threads: int, numa_per_socket: int = 1,
             l3_per_socket: int = 1) -> List[FakeCPU]:
-    """Linux-style numbering: thread t of global core g is CPU g + t * total_cores."""
-    total = sockets * cores_per_socket
-    out = []
-    for t in range(threads):
-        for g in range(total):
-            socket, local = divmod(g, cores_per_socket)
-            numa = socket * numa_per_socket + local * numa_per_socket // cores_per_socket
-            l3 = socket * l3_per_socket + local * l3_per_socket // cores_per_socket
-            out.append(FakeCPU(cpu=g + t * total, core=g, socket=socket, numa=numa, l3=l3))
-    return out
+    """A regular machine, Linux-numbered (see generated.py), as fake sysfs CPUs."""
+    from generated import generated_cpus
+    return [FakeCPU(cpu=i.cpu, core=i.core, socket=i.socket, numa=i.numa, l3=i.uncore)
+            for i in generated_cpus(sockets, cores_per_socket, threads, numa_per_socket, l3_per_socket)]

@@ -10,6 +10,7 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from generated import generated
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
@@ -19,7 +20,6 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.options import
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.pod import Pod
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.policy import StaticPolicy, plan
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology import CPUInfo, Topology
 
 DOCUMENTED = ("not enough cpus available to satisfy request: ", "SMT Alignment Error: ")
 
@@ -31,15 +31,7 @@ def topologies(draw):
     threads = draw(st.sampled_from([1, 2, 4]))
     numa_per_socket = draw(st.sampled_from([n for n in (1, 2, 4) if cores % n == 0]))
     l3_per_socket = draw(st.sampled_from([n for n in (1, 2, 4) if cores % n == 0]))
-    total = sockets * cores
-    cpus = []
-    for t in range(threads):
-        for g in range(total):
-            socket, local = divmod(g, cores)
-            cpus.append(CPUInfo(cpu=g + t * total, core=g, socket=socket,
-                                numa=socket * numa_per_socket + local * numa_per_socket // cores,
-                                uncore=socket * l3_per_socket + local * l3_per_socket // cores))
-    return Topology(cpus)
+    return generated(sockets, cores, threads, numa_per_socket, l3_per_socket)
 
 
 @st.composite
