@@ -202,7 +202,7 @@ def _decode_struct(doc: Any, version: str) -> Tuple[str, str, Optional[Dict[str,
                 if value is None:
                     entries = None
                 elif version == "v1":
-                    entries = dict(entries or {}, **(_string_map(value, name, struct) or {}))
+                    entries = {**(entries or {}), **(_string_map(value, name, struct) or {})}
                 else:
                     pairs_in = _as_object(value)
                     if pairs_in is None:

@@ -12,8 +12,9 @@ balance score is the one allocated (D3).
 from __future__ import annotations
 
 import math
+from functools import partial
 from itertools import combinations
-from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import AbstractSet, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .cpuset import CPUSet
 from .errors import AllocationError
@@ -163,7 +164,7 @@ class Accumulator:
         if group < 1:
             return
         cores_needed = (self.need + group - 1) // group
-        cores = sorted({self.topo.loc[c][0] for c in self.by_uncore.get(uncore, ())})[:cores_needed]
+        cores = sorted(self._inner(self.by_uncore, uncore, 0))[:cores_needed]
         cpus: List[int] = sorted(c for core in cores for c in self.by_core.get(core, ()))
         if self.need % 2 != 0 and group > 1 and len(cpus) > self.need:
             cpus = cpus[:-1]
@@ -251,20 +252,27 @@ def standard_deviation(values: Sequence[int]) -> float:
     return _go_round3(math.sqrt(spread / len(values)))
 
 
-def _hand_out(after: Dict[int, int], subset: Sequence[int], remainder: int, group: int) -> None:
-    """Round-robin ``group`` CPUs at a time over ``subset`` until the remainder is placed."""
+def _spend(after: Dict[int, int], group: int, numa: int) -> None:
+    after[numa] -= group
+
+
+def _round_robin(subset: Sequence[int], remainder: int, group: int, room: Callable[[int], int],
+                 give: Callable[[int], object]) -> int:
+    """Hand out ``group`` CPUs at a time over ``subset`` (skipping nodes with less room than a group) until
+    the remainder is placed; returns what could not be placed (0 unless no node has room left)."""
     while remainder > 0:
         progressed = False
         for numa in subset:
             if remainder == 0:
                 break
-            if after[numa] < group:
+            if room(numa) < group:
                 continue
-            after[numa] -= group
+            give(numa)
             remainder -= group
             progressed = True
         if not progressed:
-            raise AllocationError("internal error: remainder of %d CPUs cannot be placed" % remainder)
+            break
+    return remainder
 
 
 def _best_combo(acc: Accumulator, numas: Sequence[int], k: int, n: int,
@@ -296,7 +304,7 @@ def _best_combo(acc: Accumulator, numas: Sequence[int], k: int, n: int,
                 if sum(after[m] // group for m in subset) * group < remainder:  # D1: whole groups only
                     continue
                 trial = dict(after)
-                _hand_out(trial, subset, remainder, group)
+                _round_robin(subset, remainder, group, trial.__getitem__, partial(_spend, trial, group))
                 balance = standard_deviation([trial[m] for m in numas])
                 if balance < local_balance:
                     local_balance, local_subset = balance, subset
@@ -328,20 +336,9 @@ def take_by_topology_distributed(topo: Topology, available: AbstractSet[int], nu
         distribution = (num_cpus // len(combo) // group) * group
         for numa in combo:
             acc.take(take_by_topology_packed(topo, acc.by_numa.get(numa, set()), distribution, strategy, False))
-        remainder = num_cpus - distribution * len(combo)
-        while remainder > 0:
-            progressed = False
-            for numa in subset:
-                if remainder == 0:
-                    break
-                node_free = acc.by_numa.get(numa, set())
-                if len(node_free) < group:
-                    continue
-                acc.take(take_by_topology_packed(topo, node_free, group, strategy, False))
-                remainder -= group
-                progressed = True
-            if not progressed:
-                break
+        _round_robin(subset, num_cpus - distribution * len(combo), group,
+                     lambda numa: len(acc.by_numa.get(numa, ())),
+                     lambda numa: acc.take(take_by_topology_packed(topo, acc.by_numa[numa], group, strategy, False)))
         if acc.need > 0:
             raise AllocationError("accounting error, not enough CPUs allocated, remaining: %d" % acc.need)
         if acc.need < 0:

@@ -201,7 +201,3 @@ def _members(other: CPUSetLike) -> AbstractSet[int]:
 
 EMPTY = CPUSet._trusted(())
 
-
-def parse(text: str) -> CPUSet:
-    """Shorthand for CPUSet.parse."""
-    return CPUSet.parse(text)

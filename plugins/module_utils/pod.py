@@ -6,7 +6,7 @@ number of exclusive CPUs a container gets (ALGORITHM.md section 5)."""
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from .errors import PodSpecError, QuantityError
 from .quantity import integral_cpus, parse_quantity
@@ -156,6 +156,3 @@ def _container(item: Any, where: str, init: bool) -> Container:
                            % (where, ", ".join(_RESTART_POLICIES), policy))
     return Container(name=name, restart_policy=policy, init=init, **values)
 
-
-def pods_from_list(docs: List[Any]) -> List[Pod]:
-    return [Pod.from_dict(doc, "pods[%d]" % n) for n, doc in enumerate(docs)]
