@@ -200,4 +200,3 @@ def _members(other: CPUSetLike) -> AbstractSet[int]:
 
 
 EMPTY = CPUSet._trusted(())
-

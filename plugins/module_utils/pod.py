@@ -155,4 +155,3 @@ def _container(item: Any, where: str, init: bool) -> Container:
         raise PodSpecError('%s: "restart_policy" must be one of %s, got %r'
                            % (where, ", ".join(_RESTART_POLICIES), policy))
     return Container(name=name, restart_policy=policy, init=init, **values)
-
