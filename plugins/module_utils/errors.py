@@ -93,3 +93,32 @@ class CheckpointError(KubecpuError):
 
 class StoreError(KubecpuError):
     """The state store cannot be read, locked or written (I/O, permissions, read-only store)."""
+
+
+class ContainerRuntimeError(KubecpuError):
+    """A container runtime call failed. ``operation`` names the call, ``target`` the container or pod."""
+
+    def __init__(self, message: str, operation: str = "", target: str = "") -> None:
+        self.operation = operation
+        self.target = target
+        super().__init__(message)
+
+
+class RuntimeUnavailableError(ContainerRuntimeError):
+    """The runtime endpoint cannot be reached (refused, missing socket, no crictl, no gRPC packages)."""
+
+
+class RuntimeTimeoutError(RuntimeUnavailableError):
+    """A runtime call did not answer within the configured timeout."""
+
+
+class ContainerNotFoundError(ContainerRuntimeError):
+    """The runtime does not know the container (it may have been removed in the middle of a pass)."""
+
+
+class RuntimeOutputError(ContainerRuntimeError):
+    """The runtime answered with something that is not the documented shape."""
+
+
+class SafetyError(KubecpuError):
+    """kubecpu refuses to act because another manager pins CPUs on this node, or the setup would break it."""

@@ -41,6 +41,7 @@ class Pod(NamedTuple):
     namespace: str
     init_containers: Tuple[Container, ...]
     containers: Tuple[Container, ...]
+    qos: str = ""  # the QoS class as the runtime reports it (pod cgroup parent); "" derives it from the containers
 
     @property
     def ref(self) -> str:
@@ -58,7 +59,9 @@ class Pod(NamedTuple):
                            % (self.ref, name, ", ".join(c.name for c in self.all_containers()) or "none"))
 
     def qos_class(self) -> str:
-        """The Kubernetes QoS class from all containers (init containers included)."""
+        """The Kubernetes QoS class from all containers (init containers included), or as the runtime told."""
+        if self.qos:
+            return self.qos
         requests: Dict[str, Fraction] = {}
         limits: Dict[str, Fraction] = {}
         guaranteed = True

@@ -1,0 +1,249 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""A throwaway containerd with kubelet-like pods, for the integration tests, the demo and the benchmarks.
+
+Everything lives in one directory (config, root, state, socket, logs); images are built locally from the
+busybox-static binary (no registry is reachable). Pods are created through CRI exactly as a kubelet with
+the cgroupfs driver and CFS quota would create them (shared/crictl-samples/inputs shows the shapes).
+Needs root, containerd, runc and busybox-static (ENVIRONMENT.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import importlib
+import uuid
+from typing import Any, Dict, List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+importlib.import_module("conftest")  # makes the collection importable from a checkout
+
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import cri_grpc, runtime  # noqa: E402
+BUSYBOX_IMAGE = "localhost/busybox:1.35.0"
+PAUSE_IMAGE = "localhost/pause:busybox"
+PACKAGES = ("containerd", "runc", "busybox-static")
+
+CONFIG = """version = 2
+root = "{dir}/root"
+state = "{dir}/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+                    "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper"]
+[grpc]
+  address = "{dir}/containerd.sock"
+[ttrpc]
+  address = "{dir}/containerd.sock.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{pause}"
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{dir}/cni"
+"""
+
+
+def missing_requirements() -> List[str]:
+    """Why a real containerd cannot run here ([] when it can)."""
+    problems = []
+    if os.geteuid() != 0:
+        problems.append("not root")
+    for tool in ("containerd", "runc", "ctr"):
+        if shutil.which(tool) is None:
+            problems.append("%s is not installed" % tool)
+    if not os.path.exists("/bin/busybox"):
+        problems.append("busybox-static is not installed")
+    if not os.path.isdir("/sys/fs/cgroup/cpuset") and not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        problems.append("no cpuset cgroup")
+    return problems
+
+
+def install_packages() -> None:
+    """apt-get install what the lab needs (Debian 12, root)."""
+    if not missing_requirements() or os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(["apt-get", "install", "-y", "-qq", *PACKAGES], check=True, env=env, stdout=subprocess.DEVNULL)
+
+
+def _image_tar(tag: str, cmd: List[str]) -> bytes:
+    """A single-layer docker-archive image holding /bin/busybox and its applet links."""
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as tar:
+        for name in ("bin", "tmp", "etc", "proc", "sys", "dev"):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        tar.add("/bin/busybox", arcname="bin/busybox")
+        for applet in ("sh", "sleep", "cat", "true", "awk", "date", "grep"):
+            info = tarfile.TarInfo("bin/" + applet)
+            info.type, info.linkname = tarfile.SYMTYPE, "busybox"
+            tar.addfile(info)
+    layer_bytes = layer.getvalue()
+    diff_id = "sha256:" + hashlib.sha256(layer_bytes).hexdigest()
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Cmd": cmd, "Env": ["PATH=/bin"]},
+                         "rootfs": {"type": "layers", "diff_ids": [diff_id]}}).encode()
+    config_name = hashlib.sha256(config).hexdigest() + ".json"
+    manifest = json.dumps([{"Config": config_name, "RepoTags": [tag], "Layers": ["layer.tar"]}]).encode()
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, data in (("layer.tar", layer_bytes), (config_name, config), ("manifest.json", manifest)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+class Lab:
+    """One containerd in a temporary directory; ``with Lab() as lab:`` starts and tears it down."""
+
+    def __init__(self, directory: Optional[str] = None) -> None:
+        self.dir = directory or tempfile.mkdtemp(prefix="kubecpu-lab-")
+        self.socket = os.path.join(self.dir, "containerd.sock")
+        self.endpoint = "unix://" + self.socket
+        self.proc: Optional[subprocess.Popen] = None  # type: ignore[type-arg]
+        self.cri: Any = None
+        self.pods: List[str] = []
+
+    def __enter__(self) -> Lab:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.teardown()
+
+    def start(self) -> None:
+        os.makedirs(os.path.join(self.dir, "cni"), exist_ok=True)
+        with open(os.path.join(self.dir, "config.toml"), "w", encoding="utf-8") as handle:
+            handle.write(CONFIG.format(dir=self.dir, pause=PAUSE_IMAGE))
+        self.start_daemon()
+        for tag, cmd in ((BUSYBOX_IMAGE, ["/bin/sh"]), (PAUSE_IMAGE, ["/bin/sleep", "infinity"])):
+            path = os.path.join(self.dir, tag.replace("/", "_").replace(":", "_") + ".tar")
+            with open(path, "wb") as handle:
+                handle.write(_image_tar(tag, cmd))
+            subprocess.run(["ctr", "-a", self.socket, "-n", "k8s.io", "images", "import", path], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.cri = cri_grpc.CRIRuntime(self.endpoint, timeout=10.0, codegen_dir=os.path.join(self.dir, "gen"))
+        self.image_id = self._image_id(BUSYBOX_IMAGE)
+
+    def start_daemon(self) -> None:
+        log = open(os.path.join(self.dir, "containerd.log"), "ab")  # noqa: SIM115  # pylint: disable=consider-using-with
+        self.proc = subprocess.Popen(["containerd", "--config", os.path.join(self.dir, "config.toml")],
+                                     stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.socket):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("containerd did not start; see %s/containerd.log" % self.dir)
+            time.sleep(0.05)
+        time.sleep(0.2)
+
+    def stop_daemon(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+    def _image_id(self, tag: str) -> str:
+        out = subprocess.run(["ctr", "-a", self.socket, "-n", "k8s.io", "images", "ls"], check=True,
+                             capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith(tag + " "):
+                digest = line.split()[2]
+                config = subprocess.run(["ctr", "-a", self.socket, "-n", "k8s.io", "content", "get", digest],
+                                        check=True, capture_output=True, text=True).stdout
+                return str(json.loads(config)["config"]["digest"])
+        raise RuntimeError("image %s not imported" % tag)
+
+    # --- kubelet-like pods --------------------------------------------------------------------------------
+    def run_pod(self, name: str, qos: str, containers: List[Dict[str, Any]], namespace: str = "lab",
+                uid: Optional[str] = None, start: bool = True) -> Dict[str, Any]:
+        """A pod with ``containers`` = [{"name", "cpu" (millicores or None), "memory" (bytes or None),
+        "command" (argv, default sleep infinity), "limit" (default: = request for Guaranteed)}]."""
+        uid = uid or str(uuid.uuid4())
+        parent = {"Guaranteed": "/kubepods/pod%s", "Burstable": "/kubepods/burstable/pod%s",
+                  "BestEffort": "/kubepods/besteffort/pod%s"}[qos] % uid
+        labels = {"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": namespace,
+                  "io.kubernetes.pod.uid": uid}
+        sandbox = {"metadata": {"name": name, "uid": uid, "namespace": namespace, "attempt": 0},
+                   "log_directory": os.path.join(self.dir, "logs", "%s_%s_%s" % (namespace, name, uid)),
+                   "labels": labels, "annotations": {"kubernetes.io/config.source": "api"},
+                   "linux": {"cgroup_parent": parent,
+                             "security_context": {"namespace_options": {"network": 2, "pid": 1, "ipc": 0}}}}
+        sandbox_id = self.cri.run_pod_sandbox(sandbox)
+        self.pods.append(sandbox_id)
+        pod = {"uid": uid, "name": name, "namespace": namespace, "sandbox_id": sandbox_id, "sandbox": sandbox,
+               "qos": qos, "containers": {}}
+        for spec in containers:
+            pod["containers"][spec["name"]] = self.run_container(pod, spec, start=start)
+        return pod
+
+    def run_container(self, pod: Dict[str, Any], spec: Dict[str, Any], attempt: int = 0, start: bool = True) -> str:
+        cpu = spec.get("cpu")
+        limit = spec.get("limit", cpu if pod["qos"] == "Guaranteed" else None)
+        memory = spec.get("memory", 64 << 20 if pod["qos"] == "Guaranteed" else 0)
+        resources = {"cpu_period": 100000, "cpu_shares": runtime.milli_to_shares(cpu or 0),
+                     "cpu_quota": runtime.milli_to_quota(limit or 0),
+                     "memory_limit_in_bytes": memory or 0, "oom_score_adj": -997 if pod["qos"] == "Guaranteed" else 999}
+        labels = dict(pod["sandbox"]["labels"], **{"io.kubernetes.container.name": spec["name"]})
+        config = {"metadata": {"name": spec["name"], "attempt": attempt},
+                  "image": {"image": self.image_id, "user_specified_image": BUSYBOX_IMAGE},
+                  "command": spec.get("command", ["/bin/sleep", "infinity"]), "labels": labels,
+                  "annotations": {"io.kubernetes.container.restartCount": str(attempt)},
+                  "log_path": "%s/%d.log" % (spec["name"], attempt),
+                  "linux": {"resources": resources,
+                            "security_context": {"namespace_options": {"network": 2, "pid": 1, "ipc": 0}}}}
+        cid = self.cri.create_container(pod["sandbox_id"], config, pod["sandbox"])
+        if start:
+            self.cri.start_container(cid)
+        return str(cid)
+
+    def remove_pod(self, pod: Dict[str, Any]) -> None:
+        self.cri.remove_pod_sandbox(pod["sandbox_id"])
+        with contextlib.suppress(ValueError):
+            self.pods.remove(pod["sandbox_id"])
+
+    def teardown(self) -> None:
+        if self.cri is not None and self.proc is not None:
+            for sandbox_id in list(self.pods):
+                with contextlib.suppress(Exception):
+                    self.cri.remove_pod_sandbox(sandbox_id)
+            self.cri.close()
+        self.stop_daemon()
+        subprocess.run(["umount", "-R", os.path.join(self.dir, "state")], check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # --- what the kernel says ------------------------------------------------------------------------------
+    def cgroup_cpus(self, pod: Dict[str, Any], cid: str) -> str:
+        parent = self.cri.inspect(cid).cgroup_path
+        with open("/sys/fs/cgroup/cpuset%s/cpuset.cpus" % parent, encoding="utf-8") as handle:
+            return handle.read().strip()
+
+    def allowed_cpus(self, cid: str) -> str:
+        """Cpus_allowed_list of the container's first process."""
+        info = json.loads(dict(self.cri._call("ContainerStatus", self.cri.pb.ContainerStatusRequest(  # noqa: SLF001
+            container_id=cid, verbose=True), "ContainerStatusResponse").info)["info"])
+        with open("/proc/%d/status" % info["pid"], encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("Cpus_allowed_list:"):
+                    return line.split(":", 1)[1].strip()
+        return ""
