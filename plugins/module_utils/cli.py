@@ -20,9 +20,14 @@ from .errors import (AllocationError, CheckpointError, CPUSetError, KubecpuError
                      PolicyError, StateError, StoreError, TopologyError)
 from .options import ALL_OPTIONS, parse_option_args, parse_options
 from .pod import Pod
-from .policy import POLICY_NAMES, STATIC, Policy, StaticPolicy, check_numa_nodes, new_policy, plan
+from .agent import Agent, parse_duration
+from .cgroups import DEFAULT_ROOT
+from .manager import ISOLATED_MODES, QUOTA_MODES, ManagerOptions, NodeManager
+from .metrics import Metrics
+from .node import RUNTIMES, NodeConfig, build_manager, build_policy, check_cpus_known
+from .policy import POLICY_NAMES, STATIC, Policy, StaticPolicy, check_numa_nodes, plan
 from .state import CPUState
-from .state_store import DEFAULT_PATH, StateStore
+from .state_store import DEFAULT_PATH, KUBELET_PATH, StateStore
 from .topology import Topology
 
 REFUSED = (AllocationError, StateError, CheckpointError, StoreError)
@@ -114,12 +119,60 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reset", action="store_true",
                    help="explicit recovery: move the current file aside and start from a fresh state")
 
+    p = sub.add_parser("reconcile", help="one reconcile pass against the container runtime (or --loop: the agent)")
+    _state_args(p)
+    _runtime_args(p)
+    p.add_argument("--loop", action="store_true", help="run as the agent: a pass every --period until SIGTERM")
+    p.add_argument("--period", type=_duration_arg, default=10.0, metavar="DURATION",
+                   help="time between passes with --loop (10s, 500ms, 1m; default 10s)")
+    p.add_argument("--max-passes", type=_count_arg, metavar="N", help=argparse.SUPPRESS)
+    p.add_argument("--metrics-path", metavar="FILE", help="write Prometheus textfile metrics here after each pass")
+    p.add_argument("--check", action="store_true", help="only report the plan: change nothing")
+
     p = sub.add_parser("demo", help="discover this node and show what the static policy gives sample pods")
     _topology_args(p)
     _policy_args(p)
     p.add_argument("--num-reserved", type=_count_arg, default=1, metavar="N", help="reserved CPUs (default 1)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
+
+
+def _duration_arg(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _seconds_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError('invalid timeout "%s": seconds expected' % text) from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError('invalid timeout "%s": must be more than 0 and at most 3600' % text)
+    return value
+
+
+def _runtime_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runtime", choices=RUNTIMES, default="crictl", help="runtime backend (default crictl)")
+    parser.add_argument("--runtime-endpoint", metavar="URL",
+                        help="CRI endpoint, e.g. unix:///run/containerd/containerd.sock (default: what crictl uses)")
+    parser.add_argument("--crictl", default="crictl", metavar="PATH", help="crictl binary (default: from PATH)")
+    parser.add_argument("--runtime-timeout", type=_seconds_arg, default=2.0, metavar="SECONDS",
+                        help="timeout of each runtime call (default 2)")
+    parser.add_argument("--cgroup-root", default=DEFAULT_ROOT, metavar="DIR",
+                        help="cgroupfs mount (default %(default)s)")
+    parser.add_argument("--kubelet-state", default=KUBELET_PATH, metavar="FILE",
+                        help="the kubelet's checkpoint: kubecpu refuses to act when it says static")
+    parser.add_argument("--force", action="store_true", help="act even though the kubelet pins CPUs itself")
+    parser.add_argument("--cache", metavar="FILE", help="container cache (default <state>.containers.json)")
+    parser.add_argument("--isolated-cpus", choices=ISOLATED_MODES, default="ignore",
+                        help="take exclusive CPUs from the isolcpus set first (prefer) or only (only)")
+    parser.add_argument("--align-memory", action="store_true",
+                        help="set cpuset.mems of pinned containers to the NUMA nodes of their CPUs")
+    parser.add_argument("--cpu-quota", choices=QUOTA_MODES, default="keep",
+                        help="unlimited: no CFS quota for exclusively pinned containers and their pods")
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
@@ -144,25 +197,9 @@ def _has_topology(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "topology", None) or getattr(args, "sysfs_root", None))
 
 
-def _check_cpus_known(topo: Topology, cpus: CPUSet, what: str) -> None:
-    offline = cpus.intersection(topo.offline_cpus)
-    unknown = cpus.difference(topo.all_cpus).difference(offline)
-    if offline:
-        raise TopologyError("%s lists offline CPU(s) %s" % (what, offline))
-    if unknown:
-        raise TopologyError("%s lists CPU(s) %s that are not in the topology (online CPUs: %s)"
-                            % (what, unknown, topo.all_cpus))
-
-
 def _policy_for(args: argparse.Namespace, topo: Topology) -> Policy:
-    raw = parse_option_args(args.option)
-    if args.policy != STATIC:
-        return new_policy(args.policy, topo, raw_options=raw)
-    reserved: Optional[CPUSet] = args.reserved_cpus
-    if reserved:
-        _check_cpus_known(topo, reserved, "--reserved-cpus")
-    count = args.num_reserved if args.num_reserved is not None else (len(reserved) if reserved else 0)
-    return new_policy(STATIC, topo, count, reserved, raw)
+    return build_policy(topo, args.policy, args.reserved_cpus, args.num_reserved, parse_option_args(args.option),
+                        what="--reserved-cpus")
 
 
 def _affinity(topo: Topology, nodes: Optional[CPUSet]) -> Optional[List[int]]:
@@ -182,7 +219,7 @@ def cmd_topology(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: Text
 def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     topo = load_topology(args, stdin)
     options = parse_options(parse_option_args(args.option))
-    _check_cpus_known(topo, args.available, "--available")
+    check_cpus_known(topo, args.available, "--available")
     cpus = plan(topo, options, args.available, args.count, _affinity(topo, args.numa_affinity))
     _emit(out, {"cpus": str(cpus)})
     return 0
@@ -199,12 +236,9 @@ def _start(policy: Policy, state: CPUState, store: StateStore) -> None:
         raise StateError("state file %s does not fit this node: %s" % (store.path, exc)) from None
 
 
-def _commit(store: StateStore, before: CPUState, state: CPUState) -> None:
-    """Persist a changed state; a read-only store refuses any change."""
-    if not store.read_only:
-        store.save(state)
-    elif state != before:
-        raise StoreError("state file %s is read-only: the change was not recorded" % store.path)
+def _manager(args: argparse.Namespace, topo: Topology) -> NodeManager:
+    policy = _policy_for(args, topo)
+    return NodeManager(topo, policy, _store(args, policy.name))
 
 
 def cmd_allocate(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
@@ -215,30 +249,47 @@ def cmd_allocate(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: Text
     pod = Pod.from_dict(pod_doc, "pod file %s" % args.pod)
     pod.container(args.container)
     topo = load_topology(args, stdin)
-    policy = _policy_for(args, topo)
-    affinity = _affinity(topo, args.numa_affinity)
-    store = _store(args, policy.name)
-    with store.locked():
-        state = store.load_or_new()
-        _start(policy, state, store)
-        before = state.copy()
-        result = policy.allocate(state, pod, args.container, affinity)
-        _commit(store, before, state)
-    _emit(out, {"cpus": str(result.cpus), "exclusive": result.exclusive})
+    manager = _manager(args, topo)
+    plan = manager.allocate_pod(pod, args.container, _affinity(topo, args.numa_affinity))
+    _emit(out, plan.result)
     return 0
 
 
 def cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
+    plan = _manager(args, load_topology(args, stdin)).release_entry(args.pod_uid, args.container)
+    _emit(out, plan.result)
+    return 0
+
+
+def _node_config(args: argparse.Namespace) -> NodeConfig:
+    return NodeConfig(
+        state_path=args.state, policy=args.policy, reserved_cpus=args.reserved_cpus, num_reserved=args.num_reserved,
+        policy_options=parse_option_args(args.option), topology_path=args.topology, sysfs_root=args.sysfs_root,
+        read_only=args.read_only, runtime=args.runtime, runtime_endpoint=args.runtime_endpoint,
+        crictl_path=args.crictl, runtime_timeout=args.runtime_timeout, cgroup_root=args.cgroup_root,
+        kubelet_state_path=args.kubelet_state, force=args.force, cache_path=args.cache,
+        options=ManagerOptions(args.isolated_cpus, args.align_memory, args.cpu_quota))
+
+
+def cmd_reconcile(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
+    config = _node_config(args)
     topo = load_topology(args, stdin)
-    policy = _policy_for(args, topo)
-    store = _store(args, policy.name)
-    with store.locked():
-        state = store.load_or_new()
-        _start(policy, state, store)
-        before = state.copy()
-        released = policy.remove_container(state, args.pod_uid, args.container)
-        _commit(store, before, state)
-    _emit(out, {"released": str(released)})
+    manager = build_manager(config, with_runtime=True, topology=topo)
+    if args.loop:
+        agent = Agent(manager, args.period, err, args.metrics_path, max_passes=args.max_passes)
+        return agent.run()
+    try:
+        plan = manager.reconcile(apply=not args.check)
+    finally:
+        if manager.runtime is not None:
+            manager.runtime.close()
+    if args.metrics_path:
+        metrics = Metrics()
+        doc = plan.to_dict()
+        metrics.observe_pass(doc, plan.seconds, True)
+        metrics.observe_state(topo, plan.after, manager.policy.reserved)
+        metrics.write(args.metrics_path)
+    _emit(out, plan.to_dict())
     return 0
 
 
@@ -329,7 +380,7 @@ def doc_request(doc: Dict[str, Any], name: str) -> str:
 
 
 COMMANDS = {"topology": cmd_topology, "plan": cmd_plan, "allocate": cmd_allocate, "release": cmd_release,
-            "state": cmd_state, "demo": cmd_demo}
+            "state": cmd_state, "demo": cmd_demo, "reconcile": cmd_reconcile}
 
 
 def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr,

@@ -230,7 +230,7 @@ def generate_messages(directory: str) -> str:
     if os.path.exists(module):
         return module
     try:
-        from grpc_tools import protoc  # type: ignore[import-untyped]
+        from grpc_tools import protoc  # type: ignore[import-untyped]  # noqa: PLC0415  # optional
     except ImportError:
         raise RuntimeUnavailableError(_NEED) from None
     os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -258,7 +258,7 @@ def load_messages(directory: str) -> Any:
     if name in sys.modules:
         return sys.modules[name]
     try:
-        import google.protobuf  # noqa: F401  # pylint: disable=unused-import
+        import google.protobuf  # type: ignore[import-untyped]  # noqa: F401, PLC0415  # pylint: disable=unused-import
     except ImportError:
         raise RuntimeUnavailableError(_NEED) from None
     path = generate_messages(directory)
@@ -286,10 +286,10 @@ class CRIRuntime(Runtime):
     def __init__(self, endpoint: Optional[str] = None, timeout: float = 2.0, codegen_dir: Optional[str] = None) -> None:
         super().__init__()
         try:
-            import grpc  # type: ignore[import-untyped]
+            import grpc  # type: ignore[import-untyped]  # noqa: PLC0415  # optional
         except ImportError:
             raise RuntimeUnavailableError(_NEED) from None
-        from google.protobuf import json_format  # type: ignore[import-untyped]
+        from google.protobuf import json_format  # noqa: PLC0415  # optional
 
         self._grpc = grpc
         self._json_format = json_format
@@ -348,7 +348,8 @@ class CRIRuntime(Runtime):
         doc = {"id": status.id, "labels": dict(status.labels), "exitCode": status.exit_code, "reason": status.reason,
                "metadata": {"name": status.metadata.name, "attempt": status.metadata.attempt},
                "resources": {"linux": {"cpuShares": linux.cpu_shares, "cpuQuota": linux.cpu_quota,
-                                       "cpuPeriod": linux.cpu_period, "memoryLimitInBytes": linux.memory_limit_in_bytes}}}
+                                       "cpuPeriod": linux.cpu_period,
+                                       "memoryLimitInBytes": linux.memory_limit_in_bytes}}}
         info = parse_info_json(dict(reply.info), "container %s" % container_id)
         return container_info(doc, info)._replace(finished_at=status.finished_at)
 

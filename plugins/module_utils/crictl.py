@@ -49,16 +49,17 @@ def fatal_message(stderr: str) -> str:
     matches = _FATAL.findall(stderr)
     if matches:
         try:
-            return str(json.loads('"%s"' % matches[-1]))
+            return str(json.loads('"%s"' % matches[-1]))  # Go's %q escapes are JSON's for these texts
         except ValueError:
-            return matches[-1]
+            return str(matches[-1])
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     return lines[-1] if lines else "no error output"
 
 
 def classify(operation: str, target: str, message: str) -> ContainerRuntimeError:
     """Map a crictl/CRI error text to the core's error types."""
-    text = "%s%s failed: %s" % (operation, " " + target if target else "", message)
+    head = "%s%s" % (operation, " " + target if target else "")
+    text = "%s failed: %s" % (head, message)
     if "code = NotFound" in message:
         return ContainerNotFoundError("container %s not found by the runtime (%s)" % (target, message),
                                       operation, target)
@@ -69,7 +70,7 @@ def classify(operation: str, target: str, message: str) -> ContainerRuntimeError
         return RuntimeUnavailableError("container runtime unavailable: %s" % message, operation, target)
     if "numerical result out of range" in message:
         return ContainerRuntimeError("%s: a CPU in the requested set is not online on this node (%s)"
-                                     % (text.split(" failed:")[0], message), operation, target)
+                                     % (head, message), operation, target)
     return ContainerRuntimeError(text, operation, target)
 
 

@@ -99,8 +99,8 @@ class NonePolicy:
     def start(self, state: CPUState) -> None:
         """Nothing to validate: the none policy keeps no assignments."""
 
-    def allocate(self, state: CPUState, pod: Pod, container: str,
-                 numa_affinity: Optional[Iterable[int]] = None) -> Allocation:
+    def allocate(self, state: CPUState, pod: Pod, container: str, numa_affinity: Optional[Iterable[int]] = None, *,
+                 prefer: Optional[CPUSet] = None, within: Optional[CPUSet] = None) -> Allocation:
         pod.container(container)
         return Allocation(state.default, False)
 
@@ -181,9 +181,13 @@ class StaticPolicy:
                    if (not c.init or c.restartable_init) and c.name in held]
         return CPUSet().union(*donors).difference(CPUSet().union(*keepers))
 
-    def allocate(self, state: CPUState, pod: Pod, container: str,
-                 numa_affinity: Optional[Iterable[int]] = None) -> Allocation:
-        """Allocate: exclusive CPUs for a Guaranteed integral request, else the shared pool."""
+    def allocate(self, state: CPUState, pod: Pod, container: str, numa_affinity: Optional[Iterable[int]] = None, *,
+                 prefer: Optional[CPUSet] = None, within: Optional[CPUSet] = None) -> Allocation:
+        """Allocate: exclusive CPUs for a Guaranteed integral request, else the shared pool.
+
+        Beyond the kubelet (both None by default): ``within`` limits the choice to those CPUs, ``prefer``
+        takes as many as it can from those CPUs first (for example the kernel's isolcpus set).
+        """
         count = pod.guaranteed_cpus(container)
         if count == 0:
             return Allocation(state.default, False)
@@ -193,7 +197,15 @@ class StaticPolicy:
         if existing is not None:
             return Allocation(existing, True)
         allocatable = self.available(state).union(self.reusable(state, pod))
-        cpus = allocate_cpus(self.topology, self.options, allocatable.as_frozenset(), count, numa_affinity)
+        affinity = None if numa_affinity is None else list(numa_affinity)
+        if within is not None:
+            allocatable = allocatable.intersection(within)
+        cpus = EMPTY
+        if prefer:
+            preferred = allocatable.intersection(prefer).as_frozenset()
+            cpus = allocate_cpus(self.topology, self.options, preferred, min(count, len(preferred)), affinity)
+        rest = allocatable.difference(cpus).as_frozenset()
+        cpus = cpus.union(allocate_cpus(self.topology, self.options, rest, count - len(cpus), affinity))
         state.default = state.default.difference(cpus)
         state.set(pod.uid, container, cpus)
         return Allocation(cpus, True)

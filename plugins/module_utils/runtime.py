@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional
 
@@ -120,7 +119,7 @@ def shares_to_milli(shares: int) -> int:
     """The smallest request whose MilliCPUToShares is ``shares`` (2 means 0: BestEffort, or under 2m)."""
     if shares <= 2:
         return 0
-    return int(math.ceil(shares * 1000 / 1024.0))
+    return -(-shares * 1000 // 1024)  # ceiling division, exact in integers
 
 
 def quota_to_milli(quota: int, period: int) -> int:
@@ -142,7 +141,8 @@ def milli_to_quota(milli: int, period: int = 100000) -> int:
 
 # --- cgroup paths (RUNTIME.md section 3) ------------------------------------------------------------------
 def expand_systemd_slice(slice_name: str) -> str:
-    """``kubepods-burstable-pod1.slice`` -> ``kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice``."""
+    """``kubepods-burstable-pod1.slice`` -> ``kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice``.
+    """
     if not slice_name.endswith(".slice") or slice_name == "-.slice":
         return slice_name
     parts = slice_name[: -len(".slice")].split("-")

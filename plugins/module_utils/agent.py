@@ -1,0 +1,128 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""The agent loop: one process, one runtime connection, a reconcile pass every period.
+
+It survives runtime outages (logs, backs off up to ``max_backoff``, retries), stops cleanly on SIGTERM or
+SIGINT (the pass in progress finishes, the lock is released), and writes Prometheus textfile metrics
+after every pass.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import threading
+import time
+from typing import Any, Callable, Dict, Optional, TextIO
+
+from .errors import ContainerRuntimeError, KubecpuError, RuntimeUnavailableError
+from .manager import NodeManager
+from .metrics import Metrics
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Go-style durations (``10s``, ``500ms``, ``1m30s``) or plain seconds; more than 0, at most 24h."""
+    value = text.strip()
+    if re.match(r"^(\d+(?:\.\d*)?|\.\d+)$", value):
+        seconds = float(value)
+    elif value and _DURATION.sub("", value) == "":
+        seconds = sum(float(number) * _UNITS[unit] for number, unit in _DURATION.findall(value))
+    else:
+        raise ValueError('invalid duration "%s" (examples: 10s, 500ms, 1m30s)' % text)
+    if not 0 < seconds <= 86400:
+        raise ValueError('invalid duration "%s": must be more than 0 and at most 24h' % text)
+    return seconds
+
+
+class Agent:
+    def __init__(self, manager: NodeManager, period: float, log: TextIO, metrics_path: Optional[str] = None, *,
+                 max_backoff: float = 30.0, max_passes: Optional[int] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.manager = manager
+        self.period = period
+        self.log = log
+        self.metrics_path = metrics_path
+        self.metrics = Metrics()
+        self.max_backoff = max(max_backoff, period)
+        self.max_passes = max_passes
+        self.clock = clock
+        self.stop = threading.Event()
+        self.passes = 0
+        self.failures = 0
+
+    def _say(self, level: str, message: str, **fields: Any) -> None:
+        doc: Dict[str, Any] = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "level": level,
+                               "msg": message}
+        doc.update(fields)
+        self.log.write(json.dumps(doc, sort_keys=False) + "\n")
+        self.log.flush()
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        self._say("info", "received %s, stopping after the current pass" % signal.Signals(signum).name)
+        self.stop.set()
+
+    def run(self) -> int:
+        previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+        self._say("info", "agent started", period_seconds=self.period, runtime=getattr(
+            self.manager.runtime, "name", "?"), state=self.manager.store.path, policy=self.manager.policy.name)
+        backoff = 0.0
+        try:
+            while not self.stop.is_set():
+                started = self.clock()
+                ok = self.one_pass()
+                self.passes += 1
+                if self.max_passes is not None and self.passes >= self.max_passes:
+                    break
+                if ok:
+                    backoff = 0.0
+                    wait = self.period - (self.clock() - started)
+                else:
+                    backoff = min(self.max_backoff, max(self.period, backoff * 2 if backoff else self.period))
+                    wait = backoff
+                    self._say("warning", "retrying in %.1fs" % wait)
+                if wait > 0:
+                    self.stop.wait(wait)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if self.manager.runtime is not None:
+                self.manager.runtime.close()
+        self._say("info", "agent stopped", passes=self.passes, failed_passes=self.failures)
+        return 0
+
+    def one_pass(self) -> bool:
+        started = self.clock()
+        try:
+            plan = self.manager.reconcile(apply=True)
+        except RuntimeUnavailableError as exc:
+            self._fail("container runtime unavailable: %s" % exc, started)
+            return False
+        except (ContainerRuntimeError, KubecpuError, OSError) as exc:
+            self._fail(str(exc), started)
+            return False
+        doc = plan.to_dict()
+        self.metrics.observe_pass(doc, self.clock() - started, True)
+        self.metrics.observe_state(self.manager.topology, plan.after, self.manager.policy.reserved)
+        if doc["actions"] or doc["errors"]:
+            self._say("info", "pass", actions=doc["actions"], errors=doc["errors"], runtime_calls=doc["runtime_calls"])
+        self._write_metrics()
+        return True
+
+    def _fail(self, message: str, started: float) -> None:
+        self.failures += 1
+        self.metrics.observe_pass({}, self.clock() - started, False)
+        self._say("error", message)
+        self._write_metrics()
+
+    def _write_metrics(self) -> None:
+        if not self.metrics_path:
+            return
+        try:
+            self.metrics.write(self.metrics_path)
+        except OSError as exc:
+            self._say("error", "cannot write metrics to %s: %s" % (self.metrics_path, exc.strerror or exc))
