@@ -374,7 +374,7 @@ class NodeManager:
 
     def allocate_container(self, container_id: Optional[str] = None, pod_uid: Optional[str] = None, *,
                            container: Optional[str] = None, cpus: Optional[int] = None,
-                           numa_affinity: Optional[Sequence[int]] = None, apply: bool = True,
+                           numa_affinity: Optional[Sequence[int]] = None, apply: bool = True, push: bool = True,
                            require_runtime_container: bool = True) -> Plan:
         """Allocate for one container (by ID, or by pod UID and name), then sync cpusets node-wide."""
         started = time.monotonic()
@@ -406,12 +406,12 @@ class NodeManager:
                 plan.actions.append(Action("allocate", target.id if target else "", target.pod_ref if target else "",
                                            uid, name, str(result.cpus), "requested by the allocate module"))
             pairs = [(item, infos[item.id]) for item in listed]
-            self._finish(plan, state, pairs, apply)
+            self._finish(plan, state, pairs, apply, push)
         self._account(plan, calls, started)
         return plan
 
     def release_container(self, container_id: Optional[str] = None, pod_uid: Optional[str] = None, *,
-                          container: Optional[str] = None, apply: bool = True) -> Plan:
+                          container: Optional[str] = None, apply: bool = True, push: bool = True) -> Plan:
         """Release one container's exclusive CPUs; a running container goes back to the shared pool."""
         started = time.monotonic()
         calls = dict(self._runtime().calls)
@@ -431,7 +431,7 @@ class NodeManager:
             if held is not None:
                 plan.actions.append(Action("release", target.id if target else "", target.pod_ref if target else "",
                                            uid, name, str(held), "released by the allocate module (state absent)"))
-            self._finish(plan, state, [(item, infos[item.id]) for item in listed], apply)
+            self._finish(plan, state, [(item, infos[item.id]) for item in listed], apply, push)
         self._account(plan, calls, started)
         return plan
 
@@ -533,10 +533,11 @@ class NodeManager:
                                            "pod-level CFS quota", quota=want, period=have[1], cgroup=path))
 
     def _finish(self, plan: Plan, state: CPUState, pairs: Sequence[Tuple[ListedContainer, ContainerInfo]],
-                apply: bool) -> None:
+                apply: bool, push: bool = True) -> None:
+        """Plan the cpuset updates; with ``apply`` save the state, and with ``push`` too carry them out."""
         self._targets(plan, state, pairs)
         self._commit(plan, state, apply)
-        if apply:
+        if apply and push:
             self._apply(plan)
         self.cache.save()
 

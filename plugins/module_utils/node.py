@@ -83,15 +83,17 @@ def build_runtime(config: NodeConfig) -> Runtime:
 
 
 def build_manager(config: NodeConfig, with_runtime: bool = False, topology: Optional[Topology] = None,
-                  runtime: Optional[Runtime] = None) -> NodeManager:
-    """The manager; with a runtime it first checks that it may act (the kubelet does not pin, reservation > 0)."""
+                  runtime: Optional[Runtime] = None, checks: bool = True) -> NodeManager:
+    """The manager. One that acts through a runtime first checks that it may (``checks``): the kubelet must not
+    pin CPUs itself, and the static policy needs a reservation."""
     topo = topology or load_topology(config)
     policy = build_policy(topo, config.policy, config.reserved_cpus, config.num_reserved, config.policy_options)
     store = StateStore(config.state_path, policy.name, read_only=config.read_only or None)
     if not with_runtime:
-        return NodeManager(topo, policy, store)
-    check_kubelet_policy(config.kubelet_state_path, config.force)
-    check_reservation(policy)
+        return NodeManager(topo, policy, store, cgroups=CgroupFS(config.cgroup_root))
+    if checks:
+        check_kubelet_policy(config.kubelet_state_path, config.force)
+        check_reservation(policy)
     cache = ContainerCache(None if store.read_only else (config.cache_path or store.path + ".containers.json"))
     return NodeManager(topo, policy, store, runtime or build_runtime(config), cgroups=CgroupFS(config.cgroup_root),
                        cache=cache, options=config.options)

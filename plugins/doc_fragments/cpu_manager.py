@@ -1,0 +1,109 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""Options shared by the modules that manage the CPU manager state (kubecpu.cpu_manager.cpu_manager)."""
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
+options:
+  state_path:
+    description:
+      - The checkpoint file, in the kubelet's C(cpu_manager_state) format.
+      - Locked with C(flock) on C(<state_path>.lock) for every read-modify-write, so modules and the agent
+        never double-book a CPU. The kubelet's own file (C(/var/lib/kubelet/cpu_manager_state)) is only
+        ever read.
+    type: path
+    default: /var/lib/kubecpu/cpu_manager_state
+  policy:
+    description:
+      - The CPU manager policy. V(none) pins nothing and pushes no cpusets, like the kubelet's.
+    type: str
+    choices: [static, none]
+    default: static
+  reserved_cpus:
+    description:
+      - Reserved CPUs as a Linux CPU list (C(0,64)); they never become exclusive and stay in the shared pool
+        unless O(policy_options) has C(strict-cpu-reservation).
+      - With O(num_reserved) the two must agree, as in the kubelet.
+    type: str
+  num_reserved:
+    description:
+      - Number of reserved CPUs, chosen by topology as the kubelet does (lowest whole cores first) unless
+        O(reserved_cpus) lists them.
+      - A zero reservation under V(static) is refused for runtime work (the shared pool could become empty,
+        which the kubelet's own state validation rejects).
+    type: int
+  policy_options:
+    description:
+      - Static policy options, kubelet names to values (C(full-pcpus-only), C(distribute-cpus-across-numa),
+        C(align-by-socket), C(distribute-cpus-across-cores), C(strict-cpu-reservation),
+        C(prefer-align-cpus-by-uncorecache)); values are parsed like Go's C(strconv.ParseBool).
+    type: dict
+    default: {}
+  runtime:
+    description:
+      - How to talk to the container runtime. V(crictl) runs C(crictl) (needs nothing but python3);
+        V(cri) speaks CRI over gRPC directly (needs the Python packages C(grpcio), C(protobuf) and, once,
+        C(grpcio-tools)).
+    type: str
+    choices: [crictl, cri]
+    default: crictl
+  runtime_endpoint:
+    description:
+      - The CRI endpoint, for example C(unix:///run/containerd/containerd.sock).
+      - Default what crictl itself uses (C(CONTAINER_RUNTIME_ENDPOINT), then C(/etc/crictl.yaml)), else
+        containerd's socket.
+    type: str
+  crictl_path:
+    description: The crictl binary.
+    type: path
+    default: crictl
+  runtime_timeout:
+    description: Timeout of each runtime call, in seconds.
+    type: float
+    default: 2.0
+  sysfs_root:
+    description:
+      - Discover the CPU topology from sysfs below this directory (a fake tree in tests).
+    type: path
+    default: /
+  topology_path:
+    description:
+      - Read the topology from this C(kubecpu.topology/v1) JSON file instead of discovering it.
+    type: path
+  cgroup_root:
+    description: Where cgroupfs is mounted; cpusets are read back from here to verify what the runtime applied.
+    type: path
+    default: /sys/fs/cgroup
+  kubelet_state_path:
+    description:
+      - The kubelet's checkpoint. When it says policy C(static) the kubelet pins CPUs itself and the module
+        refuses to act (two managers would fight over cpusets) unless O(force=true).
+    type: path
+    default: /var/lib/kubelet/cpu_manager_state
+  force:
+    description: Act even though the kubelet pins CPUs on this node itself.
+    type: bool
+    default: false
+  isolated_cpus:
+    description:
+      - Beyond the kubelet. V(prefer) takes exclusive CPUs from the kernel's isolcpus set
+        (C(/sys/devices/system/cpu/isolated)) first; V(only) takes them only from it.
+    type: str
+    choices: [ignore, prefer, only]
+    default: ignore
+  align_memory:
+    description:
+      - Beyond the kubelet. Set a pinned container's C(cpuset.mems) to the NUMA nodes of its exclusive CPUs.
+    type: bool
+    default: false
+  cpu_quota:
+    description:
+      - Beyond the kubelet. V(unlimited) removes the CFS quota of containers holding exclusive CPUs and of
+        their pod cgroup (as the kubelet's C(DisableCPUQuotaWithExclusiveCPUs) does); restored on release.
+    type: str
+    choices: [keep, unlimited]
+    default: keep
+"""

@@ -1,0 +1,146 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: cpu_manager_info
+short_description: Which container owns which CPU, drift against cgroupfs, CFS throttling, free cores
+version_added: 0.2.0
+description:
+  - Reads the CPU manager state (never writes it) and joins it with the container runtime and cgroupfs.
+  - Returns the assignments with pod and container names, the shared pool, free whole cores per NUMA node,
+    containers whose cpuset in cgroupfs differs from what the state says (drift), and the CFS throttling
+    counters (C(cpu.stat)) of every running container.
+  - Works on the kubelet's own checkpoint too (O(state_path=/var/lib/kubelet/cpu_manager_state)).
+author: kubecpu developers
+extends_documentation_fragment:
+  - kubecpu.cpu_manager.cpu_manager
+attributes:
+  check_mode:
+    support: full
+    description: Only reads.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    description: Never changes anything.
+options:
+  query_runtime:
+    description:
+      - Ask the container runtime for names, states and cgroups. When it cannot be reached the module still
+        returns the state, with a warning.
+    type: bool
+    default: true
+"""
+
+EXAMPLES = r"""
+- name: What is pinned where on this node
+  kubecpu.cpu_manager.cpu_manager_info:
+    num_reserved: 2
+  register: cpu
+
+- name: Fail when a pinned container lost its CPUs
+  ansible.builtin.assert:
+    that: cpu.drift | length == 0
+    fail_msg: "{{ cpu.drift }}"
+
+- name: Read the kubelet's own checkpoint (static policy nodes)
+  kubecpu.cpu_manager.cpu_manager_info:
+    state_path: /var/lib/kubelet/cpu_manager_state
+    reserved_cpus: "0,1"
+    query_runtime: false
+"""
+
+RETURN = r"""
+policy:
+  description: The configured policy.
+  returned: always
+  type: str
+state:
+  description: The checkpoint (C(policyName), C(defaultCpuSet), C(entries)).
+  returned: always
+  type: dict
+reserved_cpus:
+  description: The reserved CPUs.
+  returned: always
+  type: str
+shared_pool:
+  description: The shared (default) CPU set.
+  returned: always
+  type: str
+exclusive_cpus:
+  description: All exclusively assigned CPUs.
+  returned: always
+  type: str
+free_whole_cores_per_numa:
+  description: Per NUMA node, cores all of whose CPUs are free (shared pool minus reserved).
+  returned: always
+  type: dict
+  sample: {"0": 30, "1": 31}
+assignments:
+  description: Each exclusive assignment with C(pod_uid), C(container), C(cpus), C(numa_nodes), and from the
+    runtime C(pod), C(container_id), C(running), C(cgroup_cpus), C(drift).
+  returned: always
+  type: list
+  elements: dict
+containers:
+  description: Every Kubernetes container the runtime knows (newest attempt per name) with C(qos),
+    C(cpu_request_milli), C(exclusive), C(cpus) (what it should have), C(cgroup_cpus), C(drift),
+    C(cpu_stat) (C(nr_periods), C(nr_throttled), C(throttled_usec)) and C(cfs_quota).
+  returned: always
+  type: list
+  elements: dict
+drift:
+  description: Running containers whose cgroupfs cpuset differs from the state (C(want), C(have)).
+  returned: always
+  type: list
+  elements: dict
+runtime:
+  description: The runtime backend that answered, or null.
+  returned: always
+  type: str
+topology:
+  description: CPU, core, socket, NUMA node and uncore cache counts.
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ContainerRuntimeError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.info import node_info
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (STATE_ARGS, node_config,
+                                                                                         run_module)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager, build_runtime
+
+
+def info(module: AnsibleModule) -> dict:
+    config = node_config(module.params, read_only=True)
+    manager = build_manager(config)
+    warnings = []
+    if module.params["query_runtime"]:
+        try:
+            manager.runtime = build_runtime(config)
+        except ContainerRuntimeError as exc:
+            warnings.append("runtime not queried: %s" % exc)
+    try:
+        result = node_info(manager, manager.read_state(), module.params["query_runtime"])
+    finally:
+        if manager.runtime is not None:
+            manager.runtime.close()
+    for warning in warnings + result.pop("warnings"):
+        module.warn(warning)
+    result["changed"] = False
+    return result
+
+
+def main() -> None:
+    spec = dict(STATE_ARGS, query_runtime={"type": "bool", "default": True})
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    run_module(module, info)
+
+
+if __name__ == "__main__":
+    main()
