@@ -495,15 +495,16 @@ class NodeManager:
             if cpus is None and mems is None and quota is None:
                 continue
             shown = target if cpus is None else cpus
-            if known is None:
-                why = "first push" if listed.attempt == 0 else "restarted container, pinned again"
-            elif cpus is None:
+            if cpus is None:
                 why = "memory nodes or quota differ"
-            elif exclusive:
-                why = "exclusive CPUs drifted in cgroupfs (%s)" % known if listed.id in self.pushed else \
-                    "exclusive CPUs"
+            elif not exclusive:
+                why = "shared pool is now %s (was %s)" % (target, "unknown" if known is None else known)
+            elif listed.id in self.pushed:
+                why = "exclusive CPUs drifted in cgroupfs (%s)" % known
+            elif listed.attempt > 0:
+                why = "restarted container keeps its CPUs"
             else:
-                why = "shared pool is now %s (was %s)" % (target, known)
+                why = "exclusive CPUs"
             plan.actions.append(Action("update", listed.id, listed.pod_ref, listed.pod_uid, listed.name, str(shown),
                                        why, None if mems is None else str(mems), quota, period,
                                        info.cgroup_path))
