@@ -1,0 +1,27 @@
+"""A real containerd for the integration tests (scripts/lab.py), started once per session."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+importlib.import_module("conftest")
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+lab_module = importlib.import_module("lab")
+
+
+@pytest.fixture(scope="session")
+def lab():
+    problems = lab_module.missing_requirements()
+    if problems:
+        if os.environ.get("CI"):
+            pytest.fail("the integration tests need a real containerd: " + "; ".join(problems))
+        pytest.skip("no real containerd here: " + "; ".join(problems))
+    with lab_module.Lab() as running:
+        yield running

@@ -1,0 +1,174 @@
+"""bin/kubecpu reconcile (one pass and the agent loop) against a real containerd over CRI (gRPC).
+
+These machines have 2 CPUs: with one reserved CPU, CPU 1 is the only one that can become exclusive, so each
+test leaves no pinned pod behind. cgroup v1, cgroupfs driver, as a kubelet node would have.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
+ENV = dict(os.environ, KUBECPU_PYTHON=sys.executable)
+
+
+
+def kubecpu(lab, state, *extra, check=True):
+    argv = [KUBECPU, "reconcile", "--runtime", "cri", "--runtime-endpoint", lab.endpoint, "--state", str(state),
+            "--num-reserved", "1", "--kubelet-state", str(state) + ".kubelet", *extra]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, timeout=120, check=False)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+    return proc
+
+
+@pytest.fixture
+def pods(lab):
+    made = []
+
+    def make(*args, **kwargs):
+        pod = lab.run_pod(*args, **kwargs)
+        made.append(pod)
+        return pod
+    yield make
+    for pod in made:
+        lab.remove_pod(pod)
+
+
+def test_guaranteed_pinned_others_shared_then_idempotent(lab, pods, tmp_path):
+    state = tmp_path / "state"
+    g = pods("fwd", "Guaranteed", [{"name": "main", "cpu": 1000}, {"name": "half", "cpu": 500}])
+    b = pods("api", "Burstable", [{"name": "app", "cpu": 250}])
+    e = pods("batch", "BestEffort", [{"name": "app"}])
+    check = kubecpu(lab, state, "--check")
+    assert [a["action"] for a in check["actions"]].count("allocate") == 1
+    assert not state.exists() and lab.cgroup_cpus(g, g["containers"]["main"]) == "0-1"
+
+    first = kubecpu(lab, state)
+    assert first["changed"]
+    allocated = [a for a in first["actions"] if a["action"] == "allocate"]
+    assert [(a["container"], a["cpus"]) for a in allocated] == [("main", "1")]
+    assert lab.cgroup_cpus(g, g["containers"]["main"]) == "1" == lab.allowed_cpus(g["containers"]["main"])
+    for pod, name in ((g, "half"), (b, "app"), (e, "app")):  # 500m in a Guaranteed pod, Burstable, BestEffort
+        assert lab.cgroup_cpus(pod, pod["containers"][name]) == "0" == lab.allowed_cpus(pod["containers"][name])
+    saved = json.loads(state.read_text())
+    assert saved["entries"] == {g["uid"]: {"main": "1"}} and saved["defaultCpuSet"] == "0"
+
+    second = kubecpu(lab, state)
+    assert not second["changed"] and second["actions"] == []
+    assert second["runtime_calls"] == {"list": 1}
+
+
+def test_more_cpus_than_free_is_a_clear_error_and_changes_nothing(lab, pods, tmp_path):
+    state = tmp_path / "state"
+    big = pods("big", "Guaranteed", [{"name": "app", "cpu": 2000}])
+    doc = kubecpu(lab, state)
+    assert [e["kind"] for e in doc["errors"]] == ["allocation"]
+    assert "not enough cpus available to satisfy request: requested=2, available=1" in doc["errors"][0]["error"]
+    assert json.loads(state.read_text()).get("entries", {}) == {}
+    assert lab.cgroup_cpus(big, big["containers"]["app"]) == "0-1"
+
+
+def test_init_container_cpus_go_to_the_app_container(lab, pods, tmp_path):
+    state = tmp_path / "state"
+    pod = pods("migrate", "Guaranteed", [{"name": "init", "cpu": 1000, "command": ["/bin/sleep", "2"]}])
+    first = kubecpu(lab, state)
+    assert [(a["container"], a["cpus"]) for a in first["actions"] if a["action"] == "allocate"] == [("init", "1")]
+    deadline = time.monotonic() + 20
+    while lab.cri.inspect(pod["containers"]["init"]).finished_at == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    app = lab.run_container(pod, {"name": "app", "cpu": 1000})
+    second = kubecpu(lab, state)
+    assert [(a["container"], a["cpus"]) for a in second["actions"] if a["action"] == "allocate"] == [("app", "1")]
+    assert lab.cgroup_cpus(pod, app) == "1"
+    assert json.loads(state.read_text())["entries"][pod["uid"]] == {"init": "1", "app": "1"}
+
+
+def test_restarted_container_is_pinned_to_its_old_cpus(lab, pods, tmp_path):
+    state = tmp_path / "state"
+    pod = pods("worker", "Guaranteed", [{"name": "app", "cpu": 1000}])
+    kubecpu(lab, state)
+    old = pod["containers"]["app"]
+    lab.cri.stop_container(old)
+    new = lab.run_container(pod, {"name": "app", "cpu": 1000}, attempt=1)
+    doc = kubecpu(lab, state)
+    assert [(a["action"], a["container_id"], a["cpus"]) for a in doc["actions"]] == [("update", new, "1")]
+    assert lab.cgroup_cpus(pod, new) == "1" == lab.allowed_cpus(new)
+
+
+def test_gone_pod_is_released(lab, pods, tmp_path):
+    state = tmp_path / "state"
+    pod = lab.run_pod("short", "Guaranteed", [{"name": "app", "cpu": 1000}])
+    other = pods("stay", "Burstable", [{"name": "app", "cpu": 100}])
+    kubecpu(lab, state)
+    assert lab.cgroup_cpus(other, other["containers"]["app"]) == "0"
+    lab.remove_pod(pod)
+    doc = kubecpu(lab, state)
+    assert [(a["action"], a["cpus"]) for a in doc["actions"] if a["action"] == "release"] == [("release", "1")]
+    assert lab.cgroup_cpus(other, other["containers"]["app"]) == "0-1"
+
+
+def test_containerd_stopped_fails_the_pass_then_recovers(lab, pods, tmp_path):
+    state = tmp_path / "state"
+    pods("steady", "Guaranteed", [{"name": "app", "cpu": 1000}])
+    kubecpu(lab, state)
+    before = state.read_bytes()
+    lab.stop_daemon()
+    try:
+        proc = kubecpu(lab, state, "--runtime-timeout", "1", check=False)
+        assert proc.returncode == 1
+        assert "unavailable" in proc.stderr and "Traceback" not in proc.stderr
+        assert state.read_bytes() == before
+    finally:
+        lab.start_daemon()
+    assert not kubecpu(lab, state)["changed"]
+
+
+def test_agent_loop_pins_new_containers_survives_an_outage_and_stops_on_sigterm(lab, pods, tmp_path):
+    state, metrics = tmp_path / "state", tmp_path / "metrics.prom"
+    argv = [KUBECPU, "reconcile", "--loop", "--period", "200ms", "--runtime", "cri", "--runtime-endpoint",
+            lab.endpoint, "--state", str(state), "--num-reserved", "1", "--kubelet-state", str(tmp_path / "none"),
+            "--metrics-path", str(metrics)]
+    agent = subprocess.Popen(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pod = pods("late", "Guaranteed", [{"name": "app", "cpu": 1000}])
+        deadline = time.monotonic() + 20
+        while lab.cgroup_cpus(pod, pod["containers"]["app"]) != "1":
+            assert time.monotonic() < deadline, "the agent did not pin the container"
+            time.sleep(0.05)
+        lab.stop_daemon(signal.SIGKILL)
+        time.sleep(1)
+        lab.start_daemon()
+        lab.cri.update(pod["containers"]["app"], cpuset_cpus=lab_cpuset("0-1"))  # drift while it was down
+        deadline = time.monotonic() + 40
+        while lab.cgroup_cpus(pod, pod["containers"]["app"]) != "1":
+            assert time.monotonic() < deadline, "the agent did not recover after containerd came back"
+            time.sleep(0.1)
+        assert agent.poll() is None
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        out, err = agent.communicate(timeout=30)
+    assert agent.returncode == 0, err
+    log = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert any(entry["level"] == "error" and "unavailable" in entry["msg"] for entry in log)
+    assert log[-1]["msg"] == "agent stopped"
+    text = metrics.read_text()
+    for name in ("cpu_manager_pinning_requests_total 1", "cpu_manager_exclusive_cpu_allocation_count 1",
+                 "cpu_manager_shared_pool_size_millicores 0", 'cpu_manager_allocation_per_numa{numa_node="0"} 1',
+                 "kubecpu_drift_corrections_total 1", 'kubecpu_reconcile_passes_total{result="failure"}'):
+        assert name in text, text
+
+
+def lab_cpuset(text):
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
+    return CPUSet.parse(text)
