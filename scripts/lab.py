@@ -146,7 +146,7 @@ class Lab:
         self.image_id = self._image_id(BUSYBOX_IMAGE)
 
     def start_daemon(self) -> None:
-        log = open(os.path.join(self.dir, "containerd.log"), "ab")  # noqa: SIM115  # pylint: disable=consider-using-with
+        log = open(os.path.join(self.dir, "containerd.log"), "ab")  # pylint: disable=consider-using-with
         self.proc = subprocess.Popen(["containerd", "--config", os.path.join(self.dir, "config.toml")],
                                      stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
@@ -174,7 +174,7 @@ class Lab:
         raise RuntimeError("image %s not imported" % tag)
 
     # --- kubelet-like pods --------------------------------------------------------------------------------
-    def run_pod(self, name: str, qos: str, containers: List[Dict[str, Any]], namespace: str = "lab",
+    def run_pod(self, name: str, qos: str, containers: List[Dict[str, Any]], *, namespace: str = "lab",
                 uid: Optional[str] = None, start: bool = True) -> Dict[str, Any]:
         """A pod with ``containers`` = [{"name", "cpu" (millicores or None), "memory" (bytes or None),
         "command" (argv, default sleep infinity), "limit" (default: = request for Guaranteed)}]."""
@@ -240,7 +240,7 @@ class Lab:
 
     def allowed_cpus(self, cid: str) -> str:
         """Cpus_allowed_list of the container's first process."""
-        info = json.loads(dict(self.cri._call("ContainerStatus", self.cri.pb.ContainerStatusRequest(  # noqa: SLF001
+        info = json.loads(dict(self.cri._call("ContainerStatus", self.cri.pb.ContainerStatusRequest(
             container_id=cid, verbose=True), "ContainerStatusResponse").info)["info"])
         with open("/proc/%d/status" % info["pid"], encoding="utf-8") as handle:
             for line in handle:

@@ -34,10 +34,10 @@ def node_info(manager: NodeManager, state: CPUState, use_runtime: bool = True) -
         "runtime": None, "assignments": [], "containers": [], "drift": [], "warnings": []}
     by_key: Dict[Any, Dict[str, Any]] = {}
     for uid, name, cpus in state.assignments():
-        entry: Dict[str, Any] = {"pod_uid": uid, "container": name, "cpus": str(cpus), "pod": None,
-                                 "container_id": None,
-                 "running": False, "cgroup_cpus": None, "drift": None,
-                 "numa_nodes": str(CPUSet(topo.loc[c][2] for c in cpus if c in topo.loc))}
+        entry: Dict[str, Any] = {
+            "pod_uid": uid, "container": name, "cpus": str(cpus), "pod": None, "container_id": None,
+            "running": False, "cgroup_cpus": None, "drift": None,
+            "numa_nodes": str(CPUSet(topo.loc[c][2] for c in cpus if c in topo.loc))}
         info["assignments"].append(entry)
         by_key[(uid, name)] = entry
     if not use_runtime or manager.runtime is None:

@@ -596,4 +596,3 @@ def _find(listed: Sequence[ListedContainer], container_id: Optional[str], pod_ui
 
 def _describe(container_id: Optional[str], pod_uid: Optional[str], name: Optional[str]) -> str:
     return container_id if container_id else "%s of pod %s" % (name, pod_uid)
-

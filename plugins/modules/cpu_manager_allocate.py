@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # Copyright: (c) 2026, kubecpu developers
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later (the Ansible glue; the core in module_utils is Apache-2.0)
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ description:
   - The container is found by O(container_id), or by O(pod_uid) and O(container_name). Its CPU request comes
     from the runtime (the pod's cgroup parent gives the QoS class, shares and quota the request) or from
     O(cpus).
-  - Meant for nodes whose kubelet runs with C(cpuManagerPolicy=none) (or no kubelet): the module refuses to
+  - Meant for nodes whose kubelet runs with C(cpuManagerPolicy=none) (or no kubelet); the module refuses to
     act when the kubelet's checkpoint says C(static), unless O(force=true).
-author: kubecpu developers
+author: kubecpu developers (@kubecpu)
 extends_documentation_fragment:
   - kubecpu.cpu_manager.cpu_manager
 attributes:
@@ -150,8 +151,8 @@ state_file:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (STATE_ARGS, node_config,
-                                                                                         numa_affinity, run_module)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (
+    STATE_ARGS, node_config, numa_affinity, run_module)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # Copyright: (c) 2026, kubecpu developers
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later (the Ansible glue; the core in module_utils is Apache-2.0)
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ description:
     containers whose cpuset in cgroupfs differs from what the state says (drift), and the CFS throttling
     counters (C(cpu.stat)) of every running container.
   - Works on the kubelet's own checkpoint too (O(state_path=/var/lib/kubelet/cpu_manager_state)).
-author: kubecpu developers
+author: kubecpu developers (@kubecpu)
 extends_documentation_fragment:
   - kubecpu.cpu_manager.cpu_manager
 attributes:
@@ -23,6 +24,7 @@ attributes:
     description: Only reads.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is nothing to diff.
   idempotent:
     support: full
     description: Never changes anything.
@@ -111,8 +113,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ContainerRuntimeError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.info import node_info
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (STATE_ARGS, node_config,
-                                                                                         run_module)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (
+    STATE_ARGS, node_config, run_module)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager, build_runtime
 
 

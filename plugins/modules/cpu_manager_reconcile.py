@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # Copyright: (c) 2026, kubecpu developers
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later (the Ansible glue; the core in module_utils is Apache-2.0)
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ description:
   - Pins a restarted container (new ID, same pod and name) to its old CPUs.
   - Steady state costs one list call, no inspection and no update; what a container is gets learned once per
     container ID and cached beside the state file.
-author: kubecpu developers
+author: kubecpu developers (@kubecpu)
 extends_documentation_fragment:
   - kubecpu.cpu_manager.cpu_manager
 attributes:
@@ -100,8 +101,8 @@ state_file:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (STATE_ARGS, node_config,
-                                                                                         run_module)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (
+    STATE_ARGS, node_config, run_module)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # Copyright: (c) 2026, kubecpu developers
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later (the Ansible glue; the core in module_utils is Apache-2.0)
 
 from __future__ import annotations
 
@@ -12,18 +13,20 @@ description:
   - Discovers the CPU topology the way the kubelet sees it (sysfs first, then C(lscpu), then
     C(/proc/cpuinfo)) and returns it in C(ansible_facts.kubecpu_topology), in the C(kubecpu.topology/v1)
     format shared by C(bin/kubecpu topology) and the test fixtures.
-author: kubecpu developers
+author: kubecpu developers (@kubecpu)
 attributes:
   check_mode:
     support: full
     description: Only reads.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is nothing to diff.
   idempotent:
     support: full
     description: Never changes anything.
   facts:
     support: full
+    description: Sets C(ansible_facts.kubecpu_topology).
 options:
   sysfs_root:
     description: Discover from sysfs below this directory (a fake tree in tests).

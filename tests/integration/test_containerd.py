@@ -20,7 +20,6 @@ KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
 ENV = dict(os.environ, KUBECPU_PYTHON=sys.executable)
 
 
-
 def kubecpu(lab, state, *extra, check=True):
     argv = [KUBECPU, "reconcile", "--runtime", "cri", "--runtime-endpoint", lab.endpoint, "--state", str(state),
             "--num-reserved", "1", "--kubelet-state", str(state) + ".kubelet", *extra]
