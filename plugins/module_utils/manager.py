@@ -25,7 +25,7 @@ import os
 import tempfile
 import time
 from fractions import Fraction
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .cgroups import CgroupFS
 from .cpuset import CPUSet
@@ -356,20 +356,27 @@ class NodeManager:
                            inspected=inspected)
         return [item for item in listed if item.id in infos], infos
 
-    def reconcile(self, apply: bool = True) -> Plan:
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[Tuple[CPUState, Plan, List[ListedContainer], Dict[str, ContainerInfo]]]:
+        """Under the state lock: the validated state, a fresh plan, and what the runtime shows; accounts the
+        runtime calls and the time on the way out."""
         started = time.monotonic()
         calls = dict(self._runtime().calls)
         with self.store.locked():
             state = self._load()
             plan = Plan(state.copy())
             listed, infos = self._observe(plan)
+            yield state, plan, listed, infos
+        self._account(plan, calls, started)
+
+    def reconcile(self, apply: bool = True) -> Plan:
+        with self._session() as (state, plan, listed, infos):
             pairs = [(item, infos[item.id]) for item in listed]
             views = build_views(pairs)
             self._release_stale(plan, state, views)
             if self.policy.name == STATIC:
                 self._allocate_running(plan, state, views)
             self._finish(plan, state, pairs, apply)
-        self._account(plan, calls, started)
         return plan
 
     def allocate_container(self, container_id: Optional[str] = None, pod_uid: Optional[str] = None, *,
@@ -377,12 +384,7 @@ class NodeManager:
                            numa_affinity: Optional[Sequence[int]] = None, apply: bool = True, push: bool = True,
                            require_runtime_container: bool = True) -> Plan:
         """Allocate for one container (by ID, or by pod UID and name), then sync cpusets node-wide."""
-        started = time.monotonic()
-        calls = dict(self._runtime().calls)
-        with self.store.locked():
-            state = self._load()
-            plan = Plan(state.copy())
-            listed, infos = self._observe(plan)
+        with self._session() as (state, plan, listed, infos):
             target = _find(listed, container_id, pod_uid, container)
             if target is None:
                 if require_runtime_container or not (pod_uid and container):
@@ -407,18 +409,12 @@ class NodeManager:
                                            uid, name, str(result.cpus), "requested by the allocate module"))
             pairs = [(item, infos[item.id]) for item in listed]
             self._finish(plan, state, pairs, apply, push)
-        self._account(plan, calls, started)
         return plan
 
     def release_container(self, container_id: Optional[str] = None, pod_uid: Optional[str] = None, *,
                           container: Optional[str] = None, apply: bool = True, push: bool = True) -> Plan:
         """Release one container's exclusive CPUs; a running container goes back to the shared pool."""
-        started = time.monotonic()
-        calls = dict(self._runtime().calls)
-        with self.store.locked():
-            state = self._load()
-            plan = Plan(state.copy())
-            listed, infos = self._observe(plan)
+        with self._session() as (state, plan, listed, infos):
             target = _find(listed, container_id, pod_uid, container)
             if target is None and not (pod_uid and container):
                 raise ContainerNotFoundError("container %s not found in the runtime" % container_id, "release",
@@ -432,7 +428,6 @@ class NodeManager:
                 plan.actions.append(Action("release", target.id if target else "", target.pod_ref if target else "",
                                            uid, name, str(held), "released by the allocate module (state absent)"))
             self._finish(plan, state, [(item, infos[item.id]) for item in listed], apply, push)
-        self._account(plan, calls, started)
         return plan
 
     # --- the steps ------------------------------------------------------------------------------------------

@@ -105,6 +105,16 @@ def numa_affinity(params: Dict[str, Any]) -> Optional[List[int]]:
     return None
 
 
+def plan_result(module: AnsibleModule, doc: Dict[str, Any], keys: List[str]) -> Dict[str, Any]:
+    """The keys of a plan's document a module returns, its diff (state before and after), errors as warnings."""
+    result = {key: doc[key] for key in keys}
+    if module._diff:  # pylint: disable=protected-access
+        result["diff"] = {"before": doc["state_before"], "after": doc["state_after"]}
+    for error in doc["errors"]:
+        module.warn("%s/%s: %s" % (error.get("pod", ""), error.get("container", ""), error["error"]))
+    return result
+
+
 def run_module(module: AnsibleModule, body: Callable[[AnsibleModule], Dict[str, Any]]) -> None:
     """Run ``body``; domain errors become fail_json with their message, anything else too (no traceback)."""
     try:

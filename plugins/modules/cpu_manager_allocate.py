@@ -152,7 +152,7 @@ state_file:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (
-    STATE_ARGS, node_config, numa_affinity, run_module)
+    STATE_ARGS, node_config, numa_affinity, plan_result, run_module)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
 
 
@@ -174,14 +174,9 @@ def allocate(module: AnsibleModule) -> dict:
     finally:
         if manager.runtime is not None:
             manager.runtime.close()
-    doc = plan.to_dict()
-    result = dict(plan.result, changed=doc["changed"], actions=doc["actions"], errors=doc["errors"],
-                  state_file=manager.store.path)
+    result = dict(plan.result, state_file=manager.store.path)
+    result.update(plan_result(module, plan.to_dict(), ["changed", "actions", "errors"]))
     result["container_name"] = result.pop("container", params["container_name"])
-    if module._diff:  # pylint: disable=protected-access
-        result["diff"] = {"before": doc["state_before"], "after": doc["state_after"]}
-    for error in doc["errors"]:
-        module.warn("%s/%s: %s" % (error.get("pod", ""), error.get("container", ""), error["error"]))
     return result
 
 

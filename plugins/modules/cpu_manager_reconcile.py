@@ -102,7 +102,7 @@ state_file:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (
-    STATE_ARGS, node_config, run_module)
+    STATE_ARGS, node_config, plan_result, run_module)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
 
 
@@ -113,13 +113,9 @@ def reconcile(module: AnsibleModule) -> dict:
     finally:
         if manager.runtime is not None:
             manager.runtime.close()
-    doc = plan.to_dict()
-    result = {key: doc[key] for key in ("changed", "actions", "errors", "skipped", "counts", "runtime_calls")}
+    result = plan_result(module, plan.to_dict(), ["changed", "actions", "errors", "skipped", "counts",
+                                                   "runtime_calls"])
     result["state_file"] = manager.store.path
-    if module._diff:  # pylint: disable=protected-access
-        result["diff"] = {"before": doc["state_before"], "after": doc["state_after"]}
-    for error in doc["errors"]:
-        module.warn("%s/%s: %s" % (error.get("pod", ""), error.get("container", ""), error["error"]))
     return result
 
 
