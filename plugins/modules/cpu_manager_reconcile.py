@@ -113,8 +113,8 @@ def reconcile(module: AnsibleModule) -> dict:
     finally:
         if manager.runtime is not None:
             manager.runtime.close()
-    result = plan_result(module, plan.to_dict(), ["changed", "actions", "errors", "skipped", "counts",
-                                                   "runtime_calls"])
+    keys = ["changed", "actions", "errors", "skipped", "counts", "runtime_calls"]
+    result = plan_result(module, plan.to_dict(), keys)
     result["state_file"] = manager.store.path
     return result
 
