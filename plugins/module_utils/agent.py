@@ -106,8 +106,8 @@ class Agent:
             self._fail(str(exc), started)
             return False
         doc = plan.to_dict()
-        self.metrics.observe_pass(doc, self.clock() - started, True)
-        self.metrics.observe_state(self.manager.topology, plan.after, self.manager.policy.reserved)
+        self.metrics.record(doc, self.clock() - started, self.manager.topology, plan.after,
+                            self.manager.policy.reserved)
         if doc["actions"] or doc["errors"]:
             self._say("info", "pass", actions=doc["actions"], errors=doc["errors"], runtime_calls=doc["runtime_calls"])
         self._write_metrics()

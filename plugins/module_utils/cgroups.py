@@ -22,10 +22,6 @@ class CgroupFS:
         self.root = root
         self.v2 = os.path.exists(os.path.join(root, "cgroup.controllers"))
 
-    @property
-    def version(self) -> int:
-        return 2 if self.v2 else 1
-
     def directory(self, controller: str, path: str) -> str:
         if self.v2:
             return os.path.join(self.root, path.lstrip("/"))

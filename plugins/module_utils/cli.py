@@ -283,13 +283,12 @@ def cmd_reconcile(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: Tex
     finally:
         if manager.runtime is not None:
             manager.runtime.close()
+    doc = plan.to_dict()
     if args.metrics_path:
         metrics = Metrics()
-        doc = plan.to_dict()
-        metrics.observe_pass(doc, plan.seconds, True)
-        metrics.observe_state(topo, plan.after, manager.policy.reserved)
+        metrics.record(doc, plan.seconds, topo, plan.after, manager.policy.reserved)
         metrics.write(args.metrics_path)
-    _emit(out, plan.to_dict())
+    _emit(out, doc)
     return 0
 
 

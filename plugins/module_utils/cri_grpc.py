@@ -43,7 +43,6 @@ service RuntimeService {
   rpc ListContainers(ListContainersRequest) returns (ListContainersResponse) {}
   rpc ContainerStatus(ContainerStatusRequest) returns (ContainerStatusResponse) {}
   rpc UpdateContainerResources(UpdateContainerResourcesRequest) returns (UpdateContainerResourcesResponse) {}
-  rpc RuntimeConfig(RuntimeConfigRequest) returns (RuntimeConfigResponse) {}
 }
 
 message VersionRequest { string version = 1; }
@@ -203,11 +202,6 @@ message UpdateContainerResourcesRequest {
   map<string, string> annotations = 4;
 }
 message UpdateContainerResourcesResponse {}
-
-enum CgroupDriver { SYSTEMD = 0; CGROUPFS = 1; }
-message LinuxRuntimeConfiguration { CgroupDriver cgroup_driver = 1; }
-message RuntimeConfigRequest {}
-message RuntimeConfigResponse { LinuxRuntimeConfiguration linux = 1; }
 '''
 
 DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
@@ -324,10 +318,6 @@ class CRIRuntime(Runtime):
         reply = self._call("Version", self.pb.VersionRequest(version="v1"), "VersionResponse", operation="version")
         return {"RuntimeName": reply.runtime_name, "RuntimeVersion": reply.runtime_version,
                 "RuntimeApiVersion": reply.runtime_api_version}
-
-    def cgroup_driver(self) -> str:
-        reply = self._call("RuntimeConfig", self.pb.RuntimeConfigRequest(), "RuntimeConfigResponse")
-        return "systemd" if reply.linux.cgroup_driver == 0 else "cgroupfs"
 
     def list_containers(self) -> List[ListedContainer]:
         reply = self._call("ListContainers", self.pb.ListContainersRequest(), "ListContainersResponse",

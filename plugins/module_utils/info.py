@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional
 
 from .cpuset import CPUSet
 from .errors import ContainerRuntimeError
-from .manager import NodeManager, build_views
+from .manager import NodeManager, Plan, build_views
 from .runtime import RUNNING
 from .state import CPUState
 from .topology import Topology
@@ -43,21 +43,11 @@ def node_info(manager: NodeManager, state: CPUState, use_runtime: bool = True) -
     if not use_runtime or manager.runtime is None:
         return info
     try:
-        listed = manager.runtime.list_containers()
+        pairs = manager.observe(Plan(state))
         info["runtime"] = manager.runtime.name
     except ContainerRuntimeError as exc:
         info["warnings"].append("runtime not queried: %s" % exc)
         return info
-    pairs = []
-    for item in listed:
-        if not item.is_kubernetes:
-            continue
-        cached = manager.cache.get(item)
-        try:
-            details = cached or manager.runtime.inspect(item.id)
-        except ContainerRuntimeError:
-            continue
-        pairs.append((item, details))
     views = build_views(pairs)
     for view in views.values():
         for listed_item, details in view.latest.values():

@@ -39,6 +39,7 @@ from .state_store import KUBELET_PATH, StateStore
 from .topology import Topology
 
 ISOLATED_MODES = ("ignore", "prefer", "only")
+Pair = Tuple[ListedContainer, ContainerInfo]
 QUOTA_MODES = ("keep", "unlimited")
 
 
@@ -80,7 +81,6 @@ class Plan:
         self.errors: List[Dict[str, str]] = []
         self.skipped: List[Dict[str, str]] = []
         self.applied = False
-        self.state_written = False
         self.counts: Dict[str, int] = {}
         self.runtime_calls: Dict[str, int] = {}
         self.seconds = 0.0
@@ -113,8 +113,9 @@ class Plan:
 class ContainerCache:
     """Container facts by ID plus the cpusets last pushed; in memory, optionally mirrored in a small file."""
 
-    def __init__(self, path: Optional[str] = None) -> None:
+    def __init__(self, path: Optional[str] = None, read_only: bool = False) -> None:
         self.path = path
+        self.read_only = read_only
         self.infos: Dict[str, ContainerInfo] = {}
         self.states: Dict[str, str] = {}
         self.dirty = False
@@ -151,7 +152,7 @@ class ContainerCache:
             self.dirty = True
 
     def save(self) -> None:
-        if not self.path or not self.dirty:
+        if not self.path or not self.dirty or self.read_only:
             return
         doc = {"format": "kubecpu.container-cache/v1",
                "containers": [{"state": self.states.get(cid, ""), "info": info.to_dict()}
@@ -168,12 +169,12 @@ class ContainerCache:
 # --- what the runtime shows, grouped by pod ----------------------------------------------------------------
 class PodView(NamedTuple):
     uid: str
-    latest: Dict[str, Tuple[ListedContainer, ContainerInfo]]  # container name -> newest attempt
+    latest: Dict[str, Pair]  # container name -> newest attempt
     model: Pod
 
 
 def _is_init(listed: ListedContainer, info: ContainerInfo,
-             siblings: Iterable[Tuple[ListedContainer, ContainerInfo]]) -> bool:
+             siblings: Iterable[Pair]) -> bool:
     """CRI does not mark init containers. One that exited successfully and was followed by a sibling created
     after it finished ran before the others: the kubelet's init-container order."""
     if listed.state != EXITED or info.exit_code != 0 or info.finished_at <= 0:
@@ -187,14 +188,14 @@ def _container_model(info: ContainerInfo, init: bool, cpus: Optional[int] = None
     return Container(name=info.name, cpu_request=request, cpu_limit=request, init=init)
 
 
-def build_views(pairs: Sequence[Tuple[ListedContainer, ContainerInfo]],
+def build_views(pairs: Sequence[Pair],
                 override: Optional[Tuple[str, str, int]] = None) -> Dict[str, PodView]:
     """Pods from the runtime: the newest attempt per container name, init containers recognised by order.
 
     ``override`` (pod UID, container name, CPUs) replaces what the runtime says of one container's request
     (the allocate module's ``cpus``): it is then treated as Guaranteed with that integral request.
     """
-    groups: Dict[str, Dict[str, Tuple[ListedContainer, ContainerInfo]]] = {}
+    groups: Dict[str, Dict[str, Pair]] = {}
     for listed, info in pairs:
         if not listed.is_kubernetes:
             continue
@@ -263,7 +264,7 @@ class NodeManager:
         self.cgroups = cgroups or CgroupFS()
         self.cache = cache if cache is not None else ContainerCache()
         self.options = options
-        self.pushed: Dict[str, str] = {}  # container ID -> cpuset last pushed (when cgroupfs cannot be read)
+        self.pushed: Dict[str, CPUSet] = {}  # container ID -> cpuset last pushed (when cgroupfs cannot be read)
 
     # --- state --------------------------------------------------------------------------------------------
     def _load(self) -> CPUState:
@@ -279,13 +280,20 @@ class NodeManager:
         if not apply:
             return
         if not self.store.read_only:
-            plan.state_written = self.store.save(state)
+            self.store.save(state)
         elif state != plan.before:
             raise StoreError("state file %s is read-only: the change was not recorded" % self.store.path)
 
     def read_state(self) -> CPUState:
         with self.store.locked():
             return self._load()
+
+    @contextlib.contextmanager
+    def _locked_state(self) -> Iterator[Tuple[CPUState, Plan]]:
+        """Under the state lock: the validated state and a fresh plan starting from it."""
+        with self.store.locked():
+            state = self._load()
+            yield state, Plan(state.copy())
 
     def _allocate_kwargs(self) -> Dict[str, Any]:
         isolated = self.topology.isolated
@@ -299,9 +307,7 @@ class NodeManager:
     def allocate_pod(self, pod: Pod, container: str, numa_affinity: Optional[Sequence[int]] = None,
                      apply: bool = True) -> Plan:
         pod.container(container)
-        with self.store.locked():
-            state = self._load()
-            plan = Plan(state.copy())
+        with self._locked_state() as (state, plan):
             result = self.policy.allocate(state, pod, container, numa_affinity, **self._allocate_kwargs())
             plan.result = {"cpus": str(result.cpus), "exclusive": result.exclusive}
             if result.exclusive and plan.before.get(pod.uid, container) is None:
@@ -311,9 +317,7 @@ class NodeManager:
         return plan
 
     def release_entry(self, pod_uid: str, container: str, apply: bool = True) -> Plan:
-        with self.store.locked():
-            state = self._load()
-            plan = Plan(state.copy())
+        with self._locked_state() as (state, plan):
             held = state.get(pod_uid, container)
             released = self.policy.remove_container(state, pod_uid, container)
             plan.result = {"released": str(released)}
@@ -328,15 +332,14 @@ class NodeManager:
             raise SafetyError("this operation needs a container runtime")
         return self.runtime
 
-    def _observe(self, plan: Plan) -> Tuple[List[ListedContainer], Dict[str, ContainerInfo]]:
-        """One list call; inspect only the containers not seen before (or newly exited)."""
+    def observe(self, plan: Plan) -> List[Pair]:
+        """The Kubernetes containers the runtime has, each with its facts: one list call, and an inspection
+        only for containers not seen before (or newly exited). Vanished ones go to ``plan.skipped``."""
         runtime = self._runtime()
         listed = runtime.list_containers()
-        infos: Dict[str, ContainerInfo] = {}
-        present = set()
+        pairs: List[Pair] = []
         inspected = 0
         for item in listed:
-            present.add(item.id)
             if not item.is_kubernetes:
                 continue
             info = self.cache.get(item)
@@ -349,29 +352,26 @@ class NodeManager:
                     continue
                 inspected += 1
                 self.cache.put(info, item.state)
-            infos[item.id] = info
+            pairs.append((item, info))
+        present = {item.id for item in listed}
         self.cache.retain(present)
         self.pushed = {cid: cpus for cid, cpus in self.pushed.items() if cid in present}
         plan.counts.update(containers=len(listed), running=sum(1 for c in listed if c.state == RUNNING),
                            inspected=inspected)
-        return [item for item in listed if item.id in infos], infos
+        return pairs
 
     @contextlib.contextmanager
-    def _session(self) -> Iterator[Tuple[CPUState, Plan, List[ListedContainer], Dict[str, ContainerInfo]]]:
+    def _session(self) -> Iterator[Tuple[CPUState, Plan, List[Pair]]]:
         """Under the state lock: the validated state, a fresh plan, and what the runtime shows; accounts the
         runtime calls and the time on the way out."""
         started = time.monotonic()
         calls = dict(self._runtime().calls)
-        with self.store.locked():
-            state = self._load()
-            plan = Plan(state.copy())
-            listed, infos = self._observe(plan)
-            yield state, plan, listed, infos
+        with self._locked_state() as (state, plan):
+            yield state, plan, self.observe(plan)
         self._account(plan, calls, started)
 
     def reconcile(self, apply: bool = True) -> Plan:
-        with self._session() as (state, plan, listed, infos):
-            pairs = [(item, infos[item.id]) for item in listed]
+        with self._session() as (state, plan, pairs):
             views = build_views(pairs)
             self._release_stale(plan, state, views)
             if self.policy.name == STATIC:
@@ -384,8 +384,8 @@ class NodeManager:
                            numa_affinity: Optional[Sequence[int]] = None, apply: bool = True, push: bool = True,
                            require_runtime_container: bool = True) -> Plan:
         """Allocate for one container (by ID, or by pod UID and name), then sync cpusets node-wide."""
-        with self._session() as (state, plan, listed, infos):
-            target = _find(listed, container_id, pod_uid, container)
+        with self._session() as (state, plan, pairs):
+            target = _find(pairs, container_id, pod_uid, container)
             if target is None:
                 if require_runtime_container or not (pod_uid and container):
                     raise ContainerNotFoundError("container %s not found in the runtime" % _describe(
@@ -399,7 +399,7 @@ class NodeManager:
             else:
                 uid, name = target.pod_uid, target.name
                 override = (uid, name, cpus) if cpus is not None else None
-                model = build_views([(i, infos[i.id]) for i in listed], override)[uid].model
+                model = build_views(pairs, override)[uid].model
             had = state.get(uid, name)
             result = self.policy.allocate(state, model, name, numa_affinity, **self._allocate_kwargs())
             plan.result = {"cpus": str(result.cpus), "exclusive": result.exclusive, "pod_uid": uid,
@@ -407,15 +407,14 @@ class NodeManager:
             if result.exclusive and had is None:
                 plan.actions.append(Action("allocate", target.id if target else "", target.pod_ref if target else "",
                                            uid, name, str(result.cpus), "requested by the allocate module"))
-            pairs = [(item, infos[item.id]) for item in listed]
             self._finish(plan, state, pairs, apply, push)
         return plan
 
     def release_container(self, container_id: Optional[str] = None, pod_uid: Optional[str] = None, *,
                           container: Optional[str] = None, apply: bool = True, push: bool = True) -> Plan:
         """Release one container's exclusive CPUs; a running container goes back to the shared pool."""
-        with self._session() as (state, plan, listed, infos):
-            target = _find(listed, container_id, pod_uid, container)
+        with self._session() as (state, plan, pairs):
+            target = _find(pairs, container_id, pod_uid, container)
             if target is None and not (pod_uid and container):
                 raise ContainerNotFoundError("container %s not found in the runtime" % container_id, "release",
                                              container_id or "")
@@ -427,7 +426,7 @@ class NodeManager:
             if held is not None:
                 plan.actions.append(Action("release", target.id if target else "", target.pod_ref if target else "",
                                            uid, name, str(held), "released by the allocate module (state absent)"))
-            self._finish(plan, state, [(item, infos[item.id]) for item in listed], apply, push)
+            self._finish(plan, state, pairs, apply, push)
         return plan
 
     # --- the steps ------------------------------------------------------------------------------------------
@@ -461,7 +460,7 @@ class NodeManager:
                 plan.actions.append(Action("allocate", listed.id, listed.pod_ref, view.uid, listed.name,
                                            str(result.cpus), why))
 
-    def _targets(self, plan: Plan, state: CPUState, pairs: Sequence[Tuple[ListedContainer, ContainerInfo]]) -> None:
+    def _targets(self, plan: Plan, state: CPUState, pairs: Sequence[Pair]) -> None:
         """The cpuset (and with the options, memory nodes and quota) each running container should have."""
         if self.policy.name != STATIC:
             return
@@ -475,7 +474,7 @@ class NodeManager:
             pods_exclusive[listed.pod_uid] = pods_exclusive.get(listed.pod_uid, False) or exclusive
             target = assigned if assigned is not None else state.default
             current = self.cgroups.cpus(info.cgroup_path)
-            known = current if current is not None else _parse_or_none(self.pushed.get(listed.id))
+            known = current if current is not None else self.pushed.get(listed.id)
             cpus = None if known == target else target
             mems = quota = period = None
             if self.options.align_memory:
@@ -506,7 +505,7 @@ class NodeManager:
         if self.options.cpu_quota == "unlimited":
             self._pod_quotas(plan, pairs, pods_exclusive)
 
-    def _pod_quotas(self, plan: Plan, pairs: Sequence[Tuple[ListedContainer, ContainerInfo]],
+    def _pod_quotas(self, plan: Plan, pairs: Sequence[Pair],
                     pods_exclusive: Dict[str, bool]) -> None:
         """Pod-level CFS quota: none while the pod holds exclusive CPUs, else the sum of its containers' quotas."""
         seen: Set[str] = set()
@@ -528,7 +527,7 @@ class NodeManager:
                 plan.actions.append(Action("quota", "", listed.pod_ref, listed.pod_uid, "", "",
                                            "pod-level CFS quota", quota=want, period=have[1], cgroup=path))
 
-    def _finish(self, plan: Plan, state: CPUState, pairs: Sequence[Tuple[ListedContainer, ContainerInfo]],
+    def _finish(self, plan: Plan, state: CPUState, pairs: Sequence[Pair],
                 apply: bool, push: bool = True) -> None:
         """Plan the cpuset updates; with ``apply`` save the state, and with ``push`` too carry them out."""
         self._targets(plan, state, pairs)
@@ -553,7 +552,7 @@ class NodeManager:
                 runtime.update(action.container_id, cpuset_cpus=cpus,
                                cpuset_mems=None if action.mems is None else CPUSet.parse(action.mems),
                                cpu_quota=action.quota, cpu_period=action.period)
-                self.pushed[action.container_id] = action.cpus
+                self.pushed[action.container_id] = cpus
             except ContainerNotFoundError:
                 failed.append(action)
                 plan.skipped.append({"container_id": action.container_id, "pod": action.pod,
@@ -571,14 +570,11 @@ class NodeManager:
         plan.seconds = time.monotonic() - started
 
 
-def _parse_or_none(text: Optional[str]) -> Optional[CPUSet]:
-    return None if text is None else CPUSet.parse(text)
-
-
-def _find(listed: Sequence[ListedContainer], container_id: Optional[str], pod_uid: Optional[str],
+def _find(pairs: Sequence[Pair], container_id: Optional[str], pod_uid: Optional[str],
           name: Optional[str]) -> Optional[ListedContainer]:
     """A container by ID (a unique prefix of at least 6 characters works, as in crictl), else the newest
     attempt of (pod UID, name)."""
+    listed = [item for item, _info in pairs]
     if container_id:
         exact = [c for c in listed if c.id == container_id]
         if exact:

@@ -69,6 +69,12 @@ class Metrics:
             else:
                 self.inc("kubecpu_update_errors_total")
 
+    def record(self, plan_doc: Dict[str, object], seconds: float, topo: Topology, state: CPUState,
+               reserved: CPUSet) -> None:
+        """A completed pass: its actions and errors, and the state it left."""
+        self.observe_pass(plan_doc, seconds, True)
+        self.observe_state(topo, state, reserved)
+
     def observe_state(self, topo: Topology, state: CPUState, reserved: CPUSet) -> None:
         self.set("cpu_manager_shared_pool_size_millicores", len(state.default.difference(reserved)) * 1000)
         assigned = state.assigned()

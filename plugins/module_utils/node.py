@@ -89,11 +89,11 @@ def build_manager(config: NodeConfig, with_runtime: bool = False, topology: Opti
     topo = topology or load_topology(config)
     policy = build_policy(topo, config.policy, config.reserved_cpus, config.num_reserved, config.policy_options)
     store = StateStore(config.state_path, policy.name, read_only=config.read_only or None)
+    cache = ContainerCache(config.cache_path or store.path + ".containers.json", read_only=store.read_only)
     if not with_runtime:
-        return NodeManager(topo, policy, store, cgroups=CgroupFS(config.cgroup_root))
+        return NodeManager(topo, policy, store, cgroups=CgroupFS(config.cgroup_root), cache=cache)
     if checks:
         check_kubelet_policy(config.kubelet_state_path, config.force)
         check_reservation(policy)
-    cache = ContainerCache(None if store.read_only else (config.cache_path or store.path + ".containers.json"))
     return NodeManager(topo, policy, store, runtime or build_runtime(config), cgroups=CgroupFS(config.cgroup_root),
                        cache=cache, options=config.options)

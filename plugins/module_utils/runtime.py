@@ -22,7 +22,6 @@ POD_UID_LABEL = "io.kubernetes.pod.uid"
 POD_NAME_LABEL = "io.kubernetes.pod.name"
 POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
 CONTAINER_NAME_LABEL = "io.kubernetes.container.name"
-RESTART_COUNT_ANNOTATION = "io.kubernetes.container.restartCount"
 
 CREATED, RUNNING, EXITED, UNKNOWN = "CONTAINER_CREATED", "CONTAINER_RUNNING", "CONTAINER_EXITED", "CONTAINER_UNKNOWN"
 CONTAINER_STATES = (CREATED, RUNNING, EXITED, UNKNOWN)
