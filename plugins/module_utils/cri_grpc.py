@@ -283,10 +283,7 @@ class CRIRuntime(Runtime):
             import grpc  # type: ignore[import-untyped]  # noqa: PLC0415  # optional
         except ImportError:
             raise RuntimeUnavailableError(_NEED) from None
-        from google.protobuf import json_format  # noqa: PLC0415  # optional
-
         self._grpc = grpc
-        self._json_format = json_format
         self.endpoint = endpoint or DEFAULT_ENDPOINT
         self.timeout = timeout
         self.pb = load_messages(codegen_dir or os.path.join(tempfile.gettempdir(), "kubecpu-%d" % os.getuid()))
@@ -356,9 +353,11 @@ class CRIRuntime(Runtime):
 
     # --- the kubelet's side, for the tests and the demo (creating kubelet-like pods) --------------------------
     def _message(self, name: str, doc: Mapping[str, Any]) -> Any:
+        from google.protobuf import json_format  # noqa: PLC0415  # only the pod-creating helpers need it
+
         try:
-            return self._json_format.ParseDict(dict(doc), getattr(self.pb, name)(), ignore_unknown_fields=True)
-        except self._json_format.ParseError as exc:
+            return json_format.ParseDict(dict(doc), getattr(self.pb, name)(), ignore_unknown_fields=True)
+        except json_format.ParseError as exc:
             raise ContainerRuntimeError("bad %s: %s" % (name, exc)) from None
 
     def run_pod_sandbox(self, config: Mapping[str, Any]) -> str:
