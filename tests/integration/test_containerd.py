@@ -171,3 +171,50 @@ def test_agent_loop_pins_new_containers_survives_an_outage_and_stops_on_sigterm(
 def lab_cpuset(text):
     from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
     return CPUSet.parse(text)
+
+
+class Vanishing:
+    """The real CRI runtime, except that containers named in ``doomed`` are removed from containerd right
+    after the list call returns: they vanish between the list and their inspection or update."""
+
+    def __init__(self, lab):
+        self.lab = lab
+        self.doomed = []
+        self.name = "cri"
+
+    def __getattr__(self, name):
+        return getattr(self.lab.cri, name)
+
+    def list_containers(self):
+        listed = self.lab.cri.list_containers()
+        for cid in self.doomed:
+            self.lab.cri.stop_container(cid)
+            self.lab.cri.remove_container(cid)
+        self.doomed = []
+        return listed
+
+
+def test_containers_vanishing_in_the_middle_of_a_pass_are_skipped(lab, pods, tmp_path):
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import NodeConfig, build_manager
+
+    runtime = Vanishing(lab)
+    config = NodeConfig(state_path=str(tmp_path / "state"), num_reserved=1, runtime="cri",
+                        runtime_endpoint=lab.endpoint, kubelet_state_path=str(tmp_path / "none"))
+    manager = build_manager(config, with_runtime=True, runtime=runtime)
+    shared = pods("shared", "Burstable", [{"name": "a", "cpu": 100}, {"name": "b", "cpu": 100}])
+    assert manager.reconcile().errors == []
+    pinned = pods("pinned", "Guaranteed", [{"name": "app", "cpu": 1000}])
+    late = pods("late", "Burstable", [{"name": "app", "cpu": 100}])
+    known, new = shared["containers"]["a"], late["containers"]["app"]
+    runtime.doomed = [known, new]  # a cached container that needs an update, and one never inspected
+
+    plan = manager.reconcile()
+    assert plan.errors == []
+    assert sorted((s["container_id"], s["reason"]) for s in plan.skipped) == sorted([
+        (known, "removed before its update"), (new, "removed between the list and its inspection")])
+    assert lab.cgroup_cpus(pinned, pinned["containers"]["app"]) == "1"
+    assert lab.cgroup_cpus(shared, shared["containers"]["b"]) == "0"
+    assert manager.store.load().get(pinned["uid"], "app") is not None
+
+    after = manager.reconcile()  # the next pass recovers: nothing left to do, nothing leaked
+    assert after.errors == [] and after.actions == [] and after.runtime_calls == {"list": 1}
