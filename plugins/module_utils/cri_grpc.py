@@ -22,8 +22,8 @@ from typing import Any, Dict, List, Mapping, Optional
 from .cpuset import CPUSet
 from .crictl import classify
 from .errors import ContainerRuntimeError, RuntimeUnavailableError
-from .runtime import (ContainerInfo, ListedContainer, Runtime, check_container_id, container_info, listed_container,
-                      parse_info_json)
+from .runtime import (ContainerInfo, ListedContainer, ListedPod, Runtime, check_container_id, container_info,
+                      listed_container, listed_pod, parse_info_json, pid_cgroup, sandbox_cgroup_parent)
 
 PROTO_NAME = "kubecpu_cri_v1.proto"
 PROTO = r'''// The subset of the CRI v1 API (k8s.io/cri-api runtime/v1 api.proto) that kubecpu uses.
@@ -36,6 +36,8 @@ service RuntimeService {
   rpc RunPodSandbox(RunPodSandboxRequest) returns (RunPodSandboxResponse) {}
   rpc StopPodSandbox(StopPodSandboxRequest) returns (StopPodSandboxResponse) {}
   rpc RemovePodSandbox(RemovePodSandboxRequest) returns (RemovePodSandboxResponse) {}
+  rpc PodSandboxStatus(PodSandboxStatusRequest) returns (PodSandboxStatusResponse) {}
+  rpc ListPodSandbox(ListPodSandboxRequest) returns (ListPodSandboxResponse) {}
   rpc CreateContainer(CreateContainerRequest) returns (CreateContainerResponse) {}
   rpc StartContainer(StartContainerRequest) returns (StartContainerResponse) {}
   rpc StopContainer(StopContainerRequest) returns (StopContainerResponse) {}
@@ -88,6 +90,41 @@ message StopPodSandboxRequest { string pod_sandbox_id = 1; }
 message StopPodSandboxResponse {}
 message RemovePodSandboxRequest { string pod_sandbox_id = 1; }
 message RemovePodSandboxResponse {}
+enum PodSandboxState { SANDBOX_READY = 0; SANDBOX_NOTREADY = 1; }
+message PodSandboxStateValue { PodSandboxState state = 1; }
+message PodSandboxFilter {
+  string id = 1;
+  PodSandboxStateValue state = 2;
+  map<string, string> label_selector = 3;
+}
+message ListPodSandboxRequest { PodSandboxFilter filter = 1; }
+message PodSandbox {
+  string id = 1;
+  PodSandboxMetadata metadata = 2;
+  PodSandboxState state = 3;
+  int64 created_at = 4;
+  map<string, string> labels = 5;
+  map<string, string> annotations = 6;
+  string runtime_handler = 7;
+}
+message ListPodSandboxResponse { repeated PodSandbox items = 1; }
+message PodSandboxStatusRequest {
+  string pod_sandbox_id = 1;
+  bool verbose = 2;
+}
+message PodSandboxStatus {
+  string id = 1;
+  PodSandboxMetadata metadata = 2;
+  PodSandboxState state = 3;
+  int64 created_at = 4;
+  map<string, string> labels = 7;
+  map<string, string> annotations = 8;
+  string runtime_handler = 9;
+}
+message PodSandboxStatusResponse {
+  PodSandboxStatus status = 1;
+  map<string, string> info = 2;
+}
 
 message ImageSpec {
   string image = 1;
@@ -338,7 +375,21 @@ class CRIRuntime(Runtime):
                                        "cpuPeriod": linux.cpu_period,
                                        "memoryLimitInBytes": linux.memory_limit_in_bytes}}}
         info = parse_info_json(dict(reply.info), "container %s" % container_id)
-        return container_info(doc, info)._replace(finished_at=status.finished_at)
+        return container_info(doc, info, pid_cgroup=pid_cgroup(info))._replace(finished_at=status.finished_at)
+
+    def list_pods(self) -> List[ListedPod]:
+        reply = self._call("ListPodSandbox", self.pb.ListPodSandboxRequest(), "ListPodSandboxResponse",
+                           operation="list_pods")
+        return [listed_pod({"id": item.id, "state": self.pb.PodSandboxState.Name(item.state),
+                            "metadata": {"uid": item.metadata.uid, "name": item.metadata.name,
+                                         "namespace": item.metadata.namespace}}) for item in reply.items]
+
+    def pod_cgroup_parent(self, sandbox_id: str) -> str:
+        check_container_id(sandbox_id)
+        reply = self._call("PodSandboxStatus", self.pb.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id, verbose=True),
+                           "PodSandboxStatusResponse", sandbox_id, "inspect_pod")
+        what = "pod sandbox " + sandbox_id
+        return sandbox_cgroup_parent(parse_info_json(dict(reply.info), what), what)
 
     def update(self, container_id: str, cpuset_cpus: Optional[CPUSet] = None, cpuset_mems: Optional[CPUSet] = None,
                cpu_quota: Optional[int] = None, cpu_period: Optional[int] = None) -> None:

@@ -20,8 +20,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .cpuset import CPUSet
 from .errors import (ContainerNotFoundError, ContainerRuntimeError, RuntimeOutputError, RuntimeTimeoutError,
                      RuntimeUnavailableError)
-from .runtime import (CONTAINER_STATES, ContainerInfo, ListedContainer, Runtime, as_dict, as_int, check_container_id,
-                      container_info, listed_container)
+from .runtime import (CONTAINER_STATES, ContainerInfo, ListedContainer, ListedPod, Runtime, as_dict, as_int,
+                      check_container_id, container_info, listed_container, listed_pod, pid_cgroup,
+                      sandbox_cgroup_parent)
 
 Runner = Callable[[Sequence[str], float], Tuple[int, str, str]]
 DEFAULT_TIMEOUT = 2.0
@@ -147,11 +148,25 @@ class CrictlRuntime(Runtime):
         doc = self._json("inspect", container_id, "inspect", container_id)
         status = as_dict(doc.get("status"), "crictl inspect status")
         info = as_dict(doc.get("info"), "crictl inspect info")
-        result = container_info(status, info, pid_cgroup=_pid_cgroup(info))
+        result = container_info(status, info, pid_cgroup=pid_cgroup(info))
         finished = status.get("finishedAt")
         if isinstance(finished, str) and finished and not finished.startswith("0001-"):
             result = result._replace(finished_at=_rfc3339_ns(finished))
         return result
+
+    def list_pods(self) -> List[ListedPod]:
+        doc = self._json("list_pods", "", "pods", "-o", "json")
+        items = doc.get("items")
+        if items is None:
+            return []
+        if not isinstance(items, list):
+            raise RuntimeOutputError("crictl pods: \"items\" is not a list", "list_pods")
+        return [listed_pod(item) for item in items]
+
+    def pod_cgroup_parent(self, sandbox_id: str) -> str:
+        check_container_id(sandbox_id)
+        doc = self._json("inspect_pod", sandbox_id, "inspectp", sandbox_id)
+        return sandbox_cgroup_parent(as_dict(doc.get("info"), "crictl inspectp info"), "pod sandbox " + sandbox_id)
 
     def update(self, container_id: str, cpuset_cpus: Optional[CPUSet] = None, cpuset_mems: Optional[CPUSet] = None,
                cpu_quota: Optional[int] = None, cpu_period: Optional[int] = None) -> None:
@@ -172,23 +187,6 @@ class CrictlRuntime(Runtime):
 
 def _seconds(value: float) -> str:
     return ("%.3f" % value).rstrip("0").rstrip(".")
-
-
-def _pid_cgroup(info: Dict[str, Any]) -> Optional[str]:
-    """The cgroup of the container's process (``/proc/<pid>/cgroup``), for runtimes whose info has no spec."""
-    pid = info.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
-        return None
-    try:
-        with open("/proc/%d/cgroup" % pid, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _num, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        if controllers == "" or "cpuset" in controllers.split(","):
-            return path or None
-    return None
 
 
 def _rfc3339_ns(text: str) -> int:

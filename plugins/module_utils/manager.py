@@ -345,7 +345,7 @@ class NodeManager:
             info = self.cache.get(item)
             if info is None:
                 try:
-                    info = runtime.inspect(item.id)
+                    info = runtime.describe(item)
                 except ContainerNotFoundError:
                     plan.skipped.append({"container_id": item.id, "pod": item.pod_ref, "container": item.name,
                                          "reason": "removed between the list and its inspection"})

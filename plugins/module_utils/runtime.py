@@ -15,7 +15,7 @@ import re
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional
 
 from .cpuset import CPUSet
-from .errors import RuntimeOutputError
+from .errors import ContainerNotFoundError, RuntimeOutputError
 from .pod import BEST_EFFORT, BURSTABLE, GUARANTEED
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"
@@ -23,6 +23,7 @@ POD_NAME_LABEL = "io.kubernetes.pod.name"
 POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
 CONTAINER_NAME_LABEL = "io.kubernetes.container.name"
 
+SANDBOX_STATES = ("SANDBOX_READY", "SANDBOX_NOTREADY")
 CREATED, RUNNING, EXITED, UNKNOWN = "CONTAINER_CREATED", "CONTAINER_RUNNING", "CONTAINER_EXITED", "CONTAINER_UNKNOWN"
 CONTAINER_STATES = (CREATED, RUNNING, EXITED, UNKNOWN)
 _CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -55,6 +56,16 @@ class ListedContainer(NamedTuple):
     @property
     def is_kubernetes(self) -> bool:
         return bool(self.pod_uid and self.name)
+
+
+class ListedPod(NamedTuple):
+    """A pod sandbox as the pod list shows it."""
+
+    id: str
+    uid: str
+    name: str
+    namespace: str
+    state: str
 
 
 class ContainerInfo(NamedTuple):
@@ -217,6 +228,47 @@ def listed_container(item: Any, state: str, created_at: int) -> ListedContainer:
         attempt=as_int(meta.get("attempt"), "attempt"), state=state, created_at=created_at)
 
 
+def listed_pod(item: Any) -> ListedPod:
+    """A pod list row (crictl's ``pods -o json`` items and the gRPC PodSandbox share the field names)."""
+    doc = as_dict(item, "pod sandbox")
+    sid = check_container_id(as_str(doc.get("id"), "pod sandbox id"))
+    meta = as_dict(doc.get("metadata"), "pod sandbox %s metadata" % sid)
+    state = doc.get("state")
+    if state not in SANDBOX_STATES:
+        raise RuntimeOutputError("pod sandbox %s: unknown state %r" % (sid, state))
+    return ListedPod(sid, as_str(meta.get("uid"), "uid"), as_str(meta.get("name"), "name"),
+                     as_str(meta.get("namespace"), "namespace"), str(state))
+
+
+def sandbox_cgroup_parent(info: Mapping[str, Any], what: str) -> str:
+    """The pod's cgroup parent from a verbose sandbox status: the stored config (containerd's
+    ``info.config.linux.cgroup_parent``), else the parent of the sandbox container's own cgroup."""
+    config = as_dict(as_dict(info.get("config"), what + " config").get("linux"), what + " config.linux")
+    parent = as_str(config.get("cgroup_parent"), what + " cgroup_parent")
+    if parent:
+        return cgroupfs_path(parent) if ":" in parent else parent
+    spec = as_dict(as_dict(info.get("runtimeSpec"), what + " runtimeSpec").get("linux"), what + " spec linux")
+    path = as_str(spec.get("cgroupsPath"), what + " cgroupsPath")
+    return cgroupfs_path(path).rsplit("/", 1)[0] if path else ""
+
+
+def pid_cgroup(info: Mapping[str, Any]) -> Optional[str]:
+    """The cgroup of a container's process (``/proc/<pid>/cgroup``), for runtimes whose info has no OCI spec."""
+    pid = info.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return None
+    try:
+        with open("/proc/%d/cgroup" % pid, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _num, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "" or "cpuset" in controllers.split(","):
+            return path or None
+    return None
+
+
 def container_info(status: Mapping[str, Any], info: Mapping[str, Any], listed: Optional[ListedContainer] = None,
                    pid_cgroup: Optional[str] = None) -> ContainerInfo:
     """ContainerInfo from a verbose container status: ``status`` (CRI fields) and ``info`` (runtime JSON).
@@ -287,6 +339,26 @@ class Runtime:
 
     def inspect(self, container_id: str) -> ContainerInfo:
         raise NotImplementedError
+
+    def list_pods(self) -> List[ListedPod]:
+        """Every pod sandbox the runtime knows (one call)."""
+        raise NotImplementedError
+
+    def pod_cgroup_parent(self, sandbox_id: str) -> str:
+        """The cgroup parent the kubelet gave the pod (the sandbox's verbose status)."""
+        raise NotImplementedError
+
+    def describe(self, listed: ListedContainer) -> ContainerInfo:
+        """``inspect``; when the container's status names no kubelet pod cgroup (a runtime whose verbose info
+        has no OCI spec), the QoS class comes from its pod sandbox's cgroup parent: one more call, once."""
+        info = self.inspect(listed.id)
+        if info.qos or not listed.sandbox_id:
+            return info
+        try:
+            parent = self.pod_cgroup_parent(listed.sandbox_id)
+        except ContainerNotFoundError:
+            return info
+        return info._replace(qos=qos_from_cgroup(parent))
 
     def update(self, container_id: str, cpuset_cpus: Optional[CPUSet] = None, cpuset_mems: Optional[CPUSet] = None,
                cpu_quota: Optional[int] = None, cpu_period: Optional[int] = None) -> None:

@@ -218,3 +218,11 @@ def test_containers_vanishing_in_the_middle_of_a_pass_are_skipped(lab, pods, tmp
 
     after = manager.reconcile()  # the next pass recovers: nothing left to do, nothing leaked
     assert after.errors == [] and after.actions == [] and after.runtime_calls == {"list": 1}
+
+
+def test_pod_list_and_pod_cgroup_parent_over_cri(lab, pods):
+    pod = pods("sandbox", "Burstable", [{"name": "app", "cpu": 100}])
+    listed = {p.uid: p for p in lab.cri.list_pods()}
+    assert listed[pod["uid"]].state == "SANDBOX_READY" and listed[pod["uid"]].name == "sandbox"
+    parent = lab.cri.pod_cgroup_parent(pod["sandbox_id"])
+    assert parent == "/kubepods/burstable/pod" + pod["uid"]

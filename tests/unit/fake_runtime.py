@@ -12,7 +12,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (ContainerNotFoundError,
                                                                                  RuntimeUnavailableError)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime import (EXITED, RUNNING, ContainerInfo,
-                                                                                  ListedContainer, Runtime,
+                                                                                  ListedContainer, ListedPod, Runtime,
                                                                                   milli_to_quota, milli_to_shares)
 
 PARENTS = {"Guaranteed": "/kubepods/pod%s", "Burstable": "/kubepods/burstable/pod%s",
@@ -32,6 +32,7 @@ class FakeRuntime(Runtime):
         self.down = False
         self.vanish_on_update: set = set()
         self.clock = 1_000
+        self.parents: Dict[str, str] = {}  # container ID -> pod cgroup parent, for containers added without one
         self.counter = 0
 
     # --- building the node ------------------------------------------------------------------------------
@@ -102,6 +103,23 @@ class FakeRuntime(Runtime):
         if container_id not in self.infos:
             raise ContainerNotFoundError("container %s not found" % container_id)
         return self.infos[container_id]
+
+    def list_pods(self):
+        self.count("list_pods")
+        self._check()
+        seen = {}
+        for item in self.listed.values():
+            seen[item.sandbox_id] = ListedPod(item.sandbox_id, item.pod_uid, item.pod_name, item.pod_namespace,
+                                              "SANDBOX_READY")
+        return list(seen.values())
+
+    def pod_cgroup_parent(self, sandbox_id: str) -> str:
+        self.count("inspect_pod")
+        self._check()
+        for cid, item in self.listed.items():
+            if item.sandbox_id == sandbox_id:
+                return self.parents.get(cid) or self.infos[cid].pod_cgroup_path
+        raise ContainerNotFoundError("pod sandbox %s not found" % sandbox_id)
 
     def update(self, container_id: str, cpuset_cpus: Optional[CPUSet] = None, cpuset_mems: Optional[CPUSet] = None,
                cpu_quota: Optional[int] = None, cpu_period: Optional[int] = None) -> None:

@@ -216,3 +216,42 @@ def test_systemd_cgroup_paths_are_expanded(spec, path):
 ])
 def test_qos_class_from_the_pod_cgroup(path, qos):
     assert qos_from_cgroup(path) == qos
+
+
+def test_pods_lists_the_five_recorded_sandboxes():
+    pods = _runtime("pods").list_pods()
+    assert sorted((p.namespace, p.name) for p in pods) == [
+        ("batch", "report"), ("prod", "api"), ("prod", "db-migrate"), ("prod", "web"), ("prod", "worker")]
+    assert {p.state for p in pods} == {"SANDBOX_READY"}
+    assert next(p.uid for p in pods if p.name == "web") == WEB_UID
+
+
+@pytest.mark.parametrize("name, parent, qos", [
+    ("inspectp-guaranteed", "/kubepods/pod" + WEB_UID, "Guaranteed"),
+    ("inspectp-burstable", "/kubepods/burstable/pod", "Burstable"),
+    ("inspectp-besteffort", "/kubepods/besteffort/pod", "BestEffort"),
+])
+def test_inspectp_gives_the_pod_cgroup_parent(name, parent, qos):
+    sandbox = CAPTURES[name]["command"][-1]
+    found = _runtime(name).pod_cgroup_parent(sandbox)
+    assert found.startswith(parent)
+    assert qos_from_cgroup(found) == qos
+
+
+def test_qos_falls_back_to_the_pod_sandbox_when_the_status_has_no_spec():
+    """A runtime whose verbose info has no OCI spec (CRI-O's layout): one inspectp, then the QoS is known."""
+    capture = CAPTURES["inspect-running-guaranteed"]
+    doc = json.loads(open(os.path.join(SAMPLES, capture["stdout"]), encoding="utf-8").read())
+    del doc["info"]["runtimeSpec"]
+    sandbox = CAPTURES["inspectp-guaranteed"]
+    replay = Replay("inspectp-guaranteed")
+
+    def runner(argv, timeout):
+        if argv[1] == "inspect":
+            return 0, json.dumps(doc), ""
+        return replay(argv, timeout)
+    listed = _runtime("ps-all").list_containers()
+    main = next(c for c in listed if c.id == capture["command"][-1])
+    assert main.sandbox_id == sandbox["command"][-1]
+    info = CrictlRuntime(runner=runner).describe(main)
+    assert info.qos == "Guaranteed" and info.requested_milli() == 2000

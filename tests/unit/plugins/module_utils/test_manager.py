@@ -219,3 +219,14 @@ def test_refusals(tmp_path):
     manager, _rt = node(tmp_path, num_reserved=0)
     with pytest.raises(SafetyError, match="reserved CPU"):
         check_reservation(manager.policy)
+
+
+def test_qos_comes_from_the_pod_sandbox_when_the_container_status_has_no_cgroup(tmp_path):
+    manager, rt = node(tmp_path)
+    g = rt.add("pod-g", "app", "Guaranteed", 1000)
+    rt.parents[g] = rt.infos[g].pod_cgroup_path
+    rt.infos[g] = rt.infos[g]._replace(qos="")  # what a runtime without an OCI spec in its info reports
+    plan = manager.reconcile()
+    assert actions(plan, "allocate") == [("allocate", "app", "4")]
+    assert plan.runtime_calls == {"list": 1, "inspect": 1, "inspect_pod": 1, "update": 1}
+    assert manager.reconcile().runtime_calls == {"list": 1}  # learned once
