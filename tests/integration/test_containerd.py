@@ -226,3 +226,78 @@ def test_pod_list_and_pod_cgroup_parent_over_cri(lab, pods):
     assert listed[pod["uid"]].state == "SANDBOX_READY" and listed[pod["uid"]].name == "sandbox"
     parent = lab.cri.pod_cgroup_parent(pod["sandbox_id"])
     assert parent == "/kubepods/burstable/pod" + pod["uid"]
+
+
+def read_cgroup(controller, path, name):
+    with open("/sys/fs/cgroup/%s%s/%s" % (controller, path, name), encoding="utf-8") as handle:
+        return handle.read().strip()
+
+
+def test_unlimited_cpu_quota_and_memory_alignment_are_applied_and_restored(lab, pods, tmp_path):
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.manager import ManagerOptions
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import NodeConfig, build_manager
+
+    pod = pods("quota", "Guaranteed", [{"name": "app", "cpu": 1000}])
+    cid = pod["containers"]["app"]
+    path = lab.cri.inspect(cid).cgroup_path
+    assert read_cgroup("cpu", path, "cpu.cfs_quota_us") == "100000"  # a 1-CPU limit, as the kubelet sets it
+    config = NodeConfig(state_path=str(tmp_path / "state"), num_reserved=1, runtime="cri",
+                        runtime_endpoint=lab.endpoint, kubelet_state_path=str(tmp_path / "none"),
+                        options=ManagerOptions(align_memory=True, cpu_quota="unlimited"))
+    manager = build_manager(config, with_runtime=True)
+    plan = manager.reconcile()
+    assert plan.errors == []
+    assert lab.cgroup_cpus(pod, cid) == "1"
+    assert read_cgroup("cpu", path, "cpu.cfs_quota_us") == "-1"  # not capped by CFS while it owns CPU 1
+    assert read_cgroup("cpu", path.rsplit("/", 1)[0], "cpu.cfs_quota_us") == "-1"  # nor its pod
+    assert read_cgroup("cpuset", path, "cpuset.mems") == "0"  # the NUMA node of CPU 1
+    assert not manager.reconcile().changed
+
+    released = manager.release_container(container_id=cid)
+    assert released.errors == [] and released.result["released"] == "1"
+    assert lab.cgroup_cpus(pod, cid) == "0-1"
+    assert read_cgroup("cpu", path, "cpu.cfs_quota_us") == "100000"  # its limit again
+    assert read_cgroup("cpu", path.rsplit("/", 1)[0], "cpu.cfs_quota_us") == "100000"  # the kubelet's pod quota
+    manager.runtime.close()
+
+
+def test_agent_and_one_shot_passes_together_never_double_book(lab, pods, tmp_path):
+    """The agent at a 50 ms period and 12 concurrent one-shot passes share one state file; three Guaranteed
+    pods compete for the one CPU that can be exclusive, and the pinned pod goes away half-way."""
+    import concurrent.futures
+
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import NodeConfig, build_manager
+
+    state = tmp_path / "state"
+    agent = subprocess.Popen(
+        [KUBECPU, "reconcile", "--loop", "--period", "50ms", "--runtime", "cri", "--runtime-endpoint", lab.endpoint,
+         "--state", str(state), "--num-reserved", "1", "--kubelet-state", str(tmp_path / "none")],
+        env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        first = lab.run_pod("first", "Guaranteed", [{"name": "app", "cpu": 1000}])
+        others = [pods("other-%d" % n, "Guaranteed", [{"name": "app", "cpu": 1000}]) for n in range(2)]
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            runs = [pool.submit(kubecpu, lab, state, check=False) for _ in range(6)]
+            lab.remove_pod(first)
+            runs += [pool.submit(kubecpu, lab, state, check=False) for _ in range(6)]
+            codes = [r.result().returncode for r in runs]
+        assert codes == [0] * 12
+        deadline = time.monotonic() + 20
+        while True:  # the agent settles: one of the remaining pods owns CPU 1
+            config = NodeConfig(state_path=str(state), num_reserved=1, read_only=True)
+            saved = build_manager(config).read_state()  # validates like the kubelet would at a restart
+            owners = [(uid, name) for uid, name, cpus in saved.assignments() if 1 in cpus]
+            if len(owners) == 1 and owners[0][0] in {p["uid"] for p in others}:
+                break
+            assert time.monotonic() < deadline, saved.to_dict()
+            time.sleep(0.1)
+        assert len(list(saved.assignments())) == 1 and str(saved.default) == "0"
+        pinned = [p for p in others if p["uid"] == owners[0][0]][0]
+        assert lab.cgroup_cpus(pinned, pinned["containers"]["app"]) == "1"
+        for pod in others:
+            if pod is not pinned:
+                assert lab.cgroup_cpus(pod, pod["containers"]["app"]) == "0"
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        _out, err = agent.communicate(timeout=30)
+    assert agent.returncode == 0, err
