@@ -292,7 +292,7 @@ def test_agent_and_one_shot_passes_together_never_double_book(lab, pods, tmp_pat
             assert time.monotonic() < deadline, saved.to_dict()
             time.sleep(0.1)
         assert len(list(saved.assignments())) == 1 and str(saved.default) == "0"
-        pinned = [p for p in others if p["uid"] == owners[0][0]][0]
+        pinned = next(p for p in others if p["uid"] == owners[0][0])
         assert lab.cgroup_cpus(pinned, pinned["containers"]["app"]) == "1"
         for pod in others:
             if pod is not pinned:
