@@ -277,9 +277,9 @@ def test_agent_and_one_shot_passes_together_never_double_book(lab, pods, tmp_pat
         first = lab.run_pod("first", "Guaranteed", [{"name": "app", "cpu": 1000}])
         others = [pods("other-%d" % n, "Guaranteed", [{"name": "app", "cpu": 1000}]) for n in range(2)]
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
-            runs = [pool.submit(kubecpu, lab, state, check=False) for _ in range(6)]
+            runs = [pool.submit(kubecpu, lab, state, check=False) for _pass in range(6)]
             lab.remove_pod(first)
-            runs += [pool.submit(kubecpu, lab, state, check=False) for _ in range(6)]
+            runs += [pool.submit(kubecpu, lab, state, check=False) for _pass in range(6)]
             codes = [r.result().returncode for r in runs]
         assert codes == [0] * 12
         deadline = time.monotonic() + 20

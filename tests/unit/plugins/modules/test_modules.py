@@ -11,8 +11,8 @@ import json
 import pytest
 
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.kubecpu.cpu_manager.plugins.modules import (cpu_manager_allocate, cpu_manager_info,
-                                                                      cpu_manager_reconcile, cpu_topology_facts)
+from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
+    cpu_manager_allocate, cpu_manager_info, cpu_manager_reconcile, cpu_topology_facts)
 
 from fake_crictl import calls, cgroup_cpus, make_node
 
