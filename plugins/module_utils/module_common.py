@@ -15,9 +15,10 @@ from typing import Any, Callable, Dict, List, Optional
 from ansible.module_utils.basic import AnsibleModule
 
 from .cpuset import CPUSet
-from .errors import CPUSetError, KubecpuError, TopologyError
+from .errors import CPUSetError, KubecpuError, OptionError, TopologyError
 from .manager import ISOLATED_MODES, QUOTA_MODES, ManagerOptions
 from .node import RUNTIMES, NodeConfig
+from .options import option_strings
 from .policy import POLICY_NAMES
 from .state_store import DEFAULT_PATH, KUBELET_PATH
 
@@ -57,7 +58,7 @@ def node_config(params: Dict[str, Any], read_only: bool = False) -> NodeConfig:
     timeout = params.get("runtime_timeout", 2.0)
     if not 0 < timeout <= 3600:
         raise TopologyError("runtime_timeout must be more than 0 and at most 3600 seconds, got %r" % timeout)
-    options = {str(k): _option_value(k, v) for k, v in (params.get("policy_options") or {}).items()}
+    options = option_map(params.get("policy_options"), "policy_options")
     return NodeConfig(
         state_path=params["state_path"], policy=params["policy"], reserved_cpus=reserved, num_reserved=num,
         policy_options=options, topology_path=params.get("topology_path"),
@@ -68,13 +69,12 @@ def node_config(params: Dict[str, Any], read_only: bool = False) -> NodeConfig:
         options=ManagerOptions(params["isolated_cpus"], params["align_memory"], params["cpu_quota"]))
 
 
-def _option_value(name: Any, value: Any) -> str:
-    """Policy option values as the kubelet reads them (strings); YAML booleans become "true"/"false"."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (str, int)):
-        return str(value)
-    raise TopologyError("policy_options: the value of %s must be a string or a boolean, got %r" % (name, value))
+def option_map(raw: Any, what: str) -> Dict[str, str]:
+    """A module's option dict as the kubelet reads it (a TopologyError names the option on a bad value)."""
+    try:
+        return option_strings(raw, what)
+    except OptionError as exc:
+        raise TopologyError(str(exc)) from None
 
 
 def device_numa_node(sysfs_root: str, address: str) -> Optional[int]:

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from .errors import OptionError
 
@@ -64,6 +64,23 @@ class PolicyOptions(NamedTuple):
 
 def _field(name: str) -> str:
     return name.replace("-", "_")
+
+
+def option_strings(raw: Any, what: str = "policy_options") -> Dict[str, str]:
+    """An option map as the kubelet reads it from YAML: string values; YAML booleans become "true"/"false"."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise OptionError("%s must be a mapping of option names to values, got %r" % (what, raw))
+    out: Dict[str, str] = {}
+    for name, value in raw.items():
+        if isinstance(value, bool):
+            out[str(name)] = "true" if value else "false"
+        elif isinstance(value, (str, int)):
+            out[str(name)] = str(value)
+        else:
+            raise OptionError("%s: the value of %s must be a string or a boolean, got %r" % (what, name, value))
+    return out
 
 
 def go_map_repr(raw: Mapping[str, str]) -> str:

@@ -1,0 +1,391 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""The kubelet's CPU manager configuration: validation per kubelet version, the new KubeletConfiguration keys,
+and whether the kubelet would reject its ``cpu_manager_state`` after the change (the safe-migration decision).
+
+The texts are the kubelet's own where it has one (KUBELET_CONFIG.md); a change is checked as a whole and the
+first problem in a fixed order is reported, so the same input always gives the same message.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+
+from .checkpoint import RestoreFailure, decode
+from .cpuset import CPUSet
+from .errors import CPUSetError, KubecpuError, OptionError, PolicyError, StateError
+from .options import (ALIGN_BY_SOCKET, DISTRIBUTE_CPUS_ACROSS_CORES, DISTRIBUTE_CPUS_ACROSS_NUMA, FULL_PCPUS_ONLY,
+                      PREFER_ALIGN_CPUS_BY_UNCORECACHE, STRICT_CPU_RESERVATION, PolicyOptions, go_map_repr,
+                      option_strings,
+                      parse_bool, parse_options, validate_for_machine)
+from .policy import NONE, STATIC, new_policy, take_by_topology
+from .reservation import plan_reservation
+from .topology import Topology
+
+
+class ConfigError(KubecpuError):
+    """A requested kubelet configuration the kubelet would refuse (or that cannot be written safely)."""
+
+
+OLDEST, NEWEST = 22, 36
+ALPHA, BETA, GA = "alpha", "beta", "GA"
+
+# (first minor version, maturity) steps per static policy option (KUBELET_CONFIG.md section 2).
+CPU_OPTION_HISTORY: Dict[str, Tuple[Tuple[int, str], ...]] = {
+    FULL_PCPUS_ONLY: ((22, "alpha-gate"), (23, BETA), (33, GA)),
+    DISTRIBUTE_CPUS_ACROSS_NUMA: ((23, ALPHA), (33, BETA)),
+    ALIGN_BY_SOCKET: ((25, ALPHA),),
+    DISTRIBUTE_CPUS_ACROSS_CORES: ((31, ALPHA),),
+    STRICT_CPU_RESERVATION: ((32, ALPHA), (33, BETA), (35, GA)),
+    PREFER_ALIGN_CPUS_BY_UNCORECACHE: ((32, ALPHA), (34, BETA), (36, GA)),
+}
+PREFER_CLOSEST = "prefer-closest-numa-nodes"
+MAX_ALLOWABLE = "max-allowable-numa-nodes"
+TOPOLOGY_OPTION_HISTORY: Dict[str, Tuple[Tuple[int, str], ...]] = {
+    PREFER_CLOSEST: ((26, ALPHA), (28, BETA), (32, GA)),
+    MAX_ALLOWABLE: ((31, BETA), (35, GA)),
+}
+TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
+TOPOLOGY_SCOPES = ("container", "pod")
+
+# Gate names.
+CPU_MANAGER = "CPUManager"
+CPU_OPTIONS_GATE = "CPUManagerPolicyOptions"
+CPU_ALPHA_GATE = "CPUManagerPolicyAlphaOptions"
+CPU_BETA_GATE = "CPUManagerPolicyBetaOptions"
+TM_OPTIONS_GATE = "TopologyManagerPolicyOptions"
+TM_ALPHA_GATE = "TopologyManagerPolicyAlphaOptions"
+TM_BETA_GATE = "TopologyManagerPolicyBetaOptions"
+
+MANAGED_KEYS = ("cpuManagerPolicy", "cpuManagerPolicyOptions", "cpuManagerReconcilePeriod", "reservedSystemCPUs",
+                "topologyManagerPolicy", "topologyManagerScope", "topologyManagerPolicyOptions", "featureGates")
+_VERSION = re.compile(r"(?:Kubernetes\s+)?v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+][0-9A-Za-z.+-]*)?")
+_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+$")
+
+
+def parse_version(text: str) -> Tuple[int, int]:
+    """``Kubernetes v1.33.2`` (``kubelet --version``), ``v1.33.2`` or ``1.33`` to (1, 33)."""
+    match = _VERSION.fullmatch(str(text).strip())
+    if not match:
+        raise ConfigError('cannot read a kubelet version from "%s" (expected like "Kubernetes v1.33.2" or "1.33")'
+                          % text)
+    return int(match.group(1)), int(match.group(2))
+
+
+def _maturity(history: Mapping[str, Tuple[Tuple[int, str], ...]], name: str, minor: int) -> Optional[str]:
+    level = None
+    for since, maturity in history.get(name, ()):
+        if minor >= since:
+            level = maturity
+    return level
+
+
+def cpu_option_maturity(name: str, minor: int) -> Optional[str]:
+    """The option's maturity in kubelet 1.<minor>, None when that kubelet does not know it."""
+    return _maturity(CPU_OPTION_HISTORY, name, min(minor, NEWEST))
+
+
+def _gate_value(gates: Mapping[str, Any], name: str, default: bool) -> bool:
+    value = gates.get(name, default)
+    return value if isinstance(value, bool) else default
+
+
+def _check_existing_gates(gates: Mapping[str, Any], minor: int) -> None:
+    """Gates in the current file that this kubelet would refuse outright."""
+    for name, value in sorted(gates.items()):
+        if not isinstance(value, bool):
+            raise ConfigError("featureGates.%s must be true or false, got %r" % (name, value))
+    if minor >= 33 and CPU_MANAGER in gates:
+        raise ConfigError("unrecognized feature gate: %s (removed in kubelet 1.33; delete it from featureGates)"
+                          % CPU_MANAGER)
+    locked = [(CPU_MANAGER, 26, 32), (CPU_OPTIONS_GATE, 33, NEWEST), (TM_OPTIONS_GATE, 32, NEWEST)]
+    for name, first, last in locked:
+        if first <= minor <= last and gates.get(name) is False:
+            raise ConfigError("cannot set feature gate %s to false, feature is locked to true" % name)
+
+
+def cpu_gates(options: Mapping[str, str], minor: int, gates: Mapping[str, Any]) -> Dict[str, bool]:
+    """Validate the static policy options for kubelet 1.<minor> and return the gates they need set to true.
+
+    Gates on by default are written only when the file turns them off; locked (GA) gates are never written.
+    """
+    needed: Dict[str, bool] = {}
+    if not options:
+        return needed
+    if minor < OLDEST:
+        raise ConfigError("kubelet 1.%d has no CPU manager policy options (they start in 1.22)" % minor)
+    for name in sorted(options):
+        level = cpu_option_maturity(name, minor)
+        if level is None:
+            raise ConfigError('unknown CPU Manager Policy option: "%s"%s' % (name, _known_since(name, minor)))
+        if level in ("alpha-gate", ALPHA):
+            needed[CPU_ALPHA_GATE if level == ALPHA else CPU_OPTIONS_GATE] = True
+        elif level == BETA and not _gate_value(gates, CPU_BETA_GATE, True):
+            needed[CPU_BETA_GATE] = True
+    if 23 <= minor <= 32 and not _gate_value(gates, CPU_OPTIONS_GATE, True):
+        needed[CPU_OPTIONS_GATE] = True
+    if minor == 22:
+        needed[CPU_OPTIONS_GATE] = True
+    try:
+        parse_options(options)
+    except OptionError as exc:
+        raise ConfigError(str(exc)) from None
+    return needed
+
+
+def _known_since(name: str, minor: int) -> str:
+    history = CPU_OPTION_HISTORY.get(name) or TOPOLOGY_OPTION_HISTORY.get(name)
+    if history:
+        return " (kubelet 1.%d does not know it; it exists from 1.%d)" % (minor, history[0][0])
+    return ""
+
+
+def topology_gates(policy: str, scope: str, options: Mapping[str, str], *, minor: int, num_numa: int,
+                   gates: Mapping[str, Any]) -> Dict[str, bool]:
+    """Validate the Topology Manager settings for kubelet 1.<minor>; the gates its options need."""
+    if policy not in TOPOLOGY_POLICIES:
+        raise ConfigError('unsupported topologyManagerPolicy "%s" (expected one of %s)'
+                          % (policy, ", ".join(TOPOLOGY_POLICIES)))
+    if scope not in TOPOLOGY_SCOPES:
+        raise ConfigError('unsupported topologyManagerScope "%s" (expected one of %s)'
+                          % (scope, ", ".join(TOPOLOGY_SCOPES)))
+    needed: Dict[str, bool] = {}
+    max_numa = 8
+    for name in sorted(options):
+        level = _maturity(TOPOLOGY_OPTION_HISTORY, name, min(minor, NEWEST))
+        if level is None:
+            raise ConfigError('unknown Topology Manager Policy option: "%s"%s' % (name, _known_since(name, minor)))
+        value = options[name]
+        if name == PREFER_CLOSEST:
+            try:
+                parse_bool(value)
+            except ValueError as exc:
+                raise ConfigError('bad value for option "%s": %s' % (name, exc)) from None
+        else:
+            if not re.fullmatch(r"[+-]?\d+", value):
+                raise ConfigError('bad value for option "%s": strconv.Atoi: parsing "%s": invalid syntax'
+                                  % (name, value))
+            max_numa = int(value)
+            if max_numa < 8:
+                raise ConfigError('the minimum value of "%s" should not be less than 8' % MAX_ALLOWABLE)
+        if level == ALPHA:
+            needed[TM_ALPHA_GATE] = True
+        elif level == BETA and (minor < 28 or not _gate_value(gates, TM_BETA_GATE, True)):
+            needed[TM_BETA_GATE] = True
+        if minor < 28 or (minor < 32 and not _gate_value(gates, TM_OPTIONS_GATE, True)):
+            needed[TM_OPTIONS_GATE] = True
+    if policy != "none" and num_numa > max_numa:
+        raise ConfigError("topology manager policy %s: unsupported on machines with more than %d NUMA Nodes "
+                          "(this node has %d; raise the %s option)" % (policy, max_numa, num_numa, MAX_ALLOWABLE))
+    return needed
+
+
+class Desired(NamedTuple):
+    """What the operator asks for; None keeps the file's current value."""
+
+    policy: str = STATIC
+    policy_options: Optional[Mapping[str, str]] = None
+    reconcile_period: Optional[str] = None
+    reserved_cpus: Optional[CPUSet] = None
+    num_reserved: Optional[int] = None
+    topology_manager_policy: Optional[str] = None
+    topology_manager_scope: Optional[str] = None
+    topology_manager_policy_options: Optional[Mapping[str, str]] = None
+
+
+class Change(NamedTuple):
+    config: Dict[str, Any]
+    changed_keys: List[str]
+    reserved: CPUSet
+    reserved_source: str
+    feature_gates: Dict[str, bool]
+    verdict_before: Optional[str]
+    verdict_after: Optional[str]
+    notes: List[str]
+
+    @property
+    def migration_required(self) -> bool:
+        return self.verdict_after is not None
+
+    def to_dict(self, state_path: str) -> Dict[str, Any]:
+        return {"config": self.config, "changed_keys": self.changed_keys, "config_changed": bool(self.changed_keys),
+                "reserved_cpus": str(self.reserved), "reserved_source": self.reserved_source,
+                "feature_gates": self.feature_gates,
+                "migration": {"required": self.migration_required, "reason": self.verdict_after,
+                              "state_path": state_path, "rejected_now": self.verdict_before is not None},
+                "notes": self.notes}
+
+
+def _string_map(value: Any, what: str) -> Dict[str, str]:
+    try:
+        return option_strings(value, what)
+    except OptionError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _millicores(value: Any, what: str) -> int:
+    text = str(value).strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(m?)", text)
+    if not match:
+        raise ConfigError("%s: cannot read a CPU quantity from %r" % (what, value))
+    number = float(match.group(1))
+    return round(number if match.group(2) else number * 1000)
+
+
+def _reserved(topo: Topology, desired: Desired, current: Mapping[str, Any],
+              options: PolicyOptions) -> Tuple[CPUSet, str, bool, List[str]]:
+    """The reserved set the kubelet will use, where it comes from, and whether to write it."""
+    if desired.reserved_cpus is not None:
+        if desired.num_reserved is not None and desired.num_reserved != len(desired.reserved_cpus):
+            raise ConfigError("reserved_cpus %s holds %d CPUs but num_reserved is %d"
+                              % (desired.reserved_cpus, len(desired.reserved_cpus), desired.num_reserved))
+        return desired.reserved_cpus, "reserved_cpus", True, []
+    if desired.num_reserved is not None:
+        if desired.num_reserved == 0:
+            return CPUSet(), "num_reserved", True, []
+        plan = plan_reservation(topo, count=desired.num_reserved, options=options)
+        return CPUSet.parse(plan["reserved_cpus"]), "planner", True, plan["notes"]
+    listed = current.get("reservedSystemCPUs")
+    if listed not in (None, ""):
+        try:
+            return CPUSet.parse(str(listed)), "config", False, []
+        except CPUSetError as exc:
+            raise ConfigError("the current reservedSystemCPUs: %s" % exc) from None
+    millis = 0
+    for section in ("kubeReserved", "systemReserved"):
+        block = current.get(section) or {}
+        if isinstance(block, Mapping) and block.get("cpu") not in (None, ""):
+            millis += _millicores(block["cpu"], "%s.cpu" % section)
+    count = -(-millis // 1000)
+    if not count:
+        return CPUSet(), "none", False, []
+    cpus = take_by_topology(topo, options, topo.all_cpus.as_frozenset(), min(count, len(topo.all_cpus)))
+    return cpus, "kubeReserved+systemReserved", False, []
+
+
+def state_verdict(data: Optional[bytes], policy: str, topo: Topology, reserved: CPUSet, *,
+                  options: Mapping[str, str], state_path: str) -> Optional[str]:
+    """None when the kubelet would accept its checkpoint with this configuration (or there is none), else the
+    kubelet's "could not restore state from checkpoint" message."""
+    if data is None:
+        return None
+    try:
+        restored = decode(data, policy)
+        built = new_policy(policy, topo, len(reserved), reserved or None, options)
+        built.start(restored.state)
+    except RestoreFailure as exc:
+        return ("could not restore state from checkpoint: %s, please drain this node and delete the CPU manager "
+                'checkpoint file "%s" before restarting Kubelet' % (exc, state_path))
+    except (StateError, PolicyError, OptionError) as exc:
+        return str(exc)
+    return None
+
+
+def _current_policy(current: Mapping[str, Any]) -> str:
+    return str(current.get("cpuManagerPolicy") or NONE)
+
+
+def plan_change(current: Mapping[str, Any], desired: Desired, topo: Topology, version: str, *,
+                state: Optional[bytes], state_path: str) -> Change:
+    """Validate ``desired`` against this kubelet and node, and compute the new config and the migration verdict.
+
+    Raises ConfigError (or another KubecpuError) with one clear message when the kubelet would refuse it.
+    """
+    if not isinstance(current, Mapping):
+        raise ConfigError("the kubelet configuration is not a mapping of keys to values")
+    kind = current.get("kind")
+    if kind not in (None, "KubeletConfiguration"):
+        raise ConfigError('the kubelet configuration has kind "%s", expected KubeletConfiguration' % kind)
+    major, minor = parse_version(version)
+    if major != 1:
+        raise ConfigError("kubelet version %s: only Kubernetes 1.x is known" % version)
+    notes: List[str] = []
+    if minor > NEWEST:
+        notes.append("kubelet 1.%d is newer than the newest this collection knows (1.%d); its rules are assumed"
+                     % (minor, NEWEST))
+    if desired.policy not in (STATIC, NONE):
+        raise ConfigError('unknown policy: "%s"' % desired.policy)
+    gates_now = current.get("featureGates") or {}
+    if not isinstance(gates_now, Mapping):
+        raise ConfigError("featureGates must be a mapping of gate names to true/false")
+    _check_existing_gates(gates_now, minor)
+    options = _string_map(desired.policy_options if desired.policy_options is not None
+                          else current.get("cpuManagerPolicyOptions"), "cpuManagerPolicyOptions")
+    if desired.policy == NONE and options:
+        raise ConfigError("None policy: received unsupported options=%s" % go_map_repr(options))
+    needed = cpu_gates(options, minor, gates_now)
+    parsed = parse_options(options)
+    tm_policy = desired.topology_manager_policy or str(current.get("topologyManagerPolicy") or "none")
+    tm_scope = desired.topology_manager_scope or str(current.get("topologyManagerScope") or "container")
+    tm_options = _string_map(desired.topology_manager_policy_options
+                             if desired.topology_manager_policy_options is not None
+                             else current.get("topologyManagerPolicyOptions"), "topologyManagerPolicyOptions")
+    needed.update(topology_gates(tm_policy, tm_scope, tm_options, minor=minor, num_numa=topo.num_numa,
+                                 gates=gates_now))
+    try:
+        validate_for_machine(parsed, topo.num_sockets, topo.num_numa, tm_policy)
+    except OptionError as exc:
+        raise ConfigError(str(exc)) from None
+    if desired.reconcile_period is not None and not _DURATION.match(desired.reconcile_period):
+        raise ConfigError('cpuManagerReconcilePeriod "%s" is not a duration like 10s, 500ms or 1m'
+                          % desired.reconcile_period)
+    reserved, source, write_reserved, more = _reserved(topo, desired, current, parsed)
+    notes.extend(more)
+    if reserved:
+        if current.get("systemReservedCgroup") or current.get("kubeReservedCgroup"):
+            raise ConfigError("invalid configuration: can't use reservedSystemCPUs (--reserved-cpus) with "
+                              "systemReservedCgroup (--system-reserved-cgroup) or kubeReservedCgroup "
+                              "(--kube-reserved-cgroup)")
+        if not reserved.issubset(topo.all_cpus):
+            raise ConfigError("reserved-cpus: %s is not a subset of online-cpus: %s" % (reserved, topo.all_cpus))
+    if desired.policy == STATIC and not reserved:
+        raise ConfigError("[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be "
+                          "greater than zero (set reserved_cpus or num_reserved)")
+
+    new = copy.deepcopy(dict(current))
+    new.setdefault("apiVersion", "kubelet.config.k8s.io/v1beta1")
+    new.setdefault("kind", "KubeletConfiguration")
+    new["cpuManagerPolicy"] = desired.policy
+    _set_map(new, "cpuManagerPolicyOptions", options)
+    if desired.reconcile_period is not None:
+        new["cpuManagerReconcilePeriod"] = desired.reconcile_period
+    if write_reserved:
+        if reserved:
+            new["reservedSystemCPUs"] = str(reserved)
+        else:
+            new.pop("reservedSystemCPUs", None)
+    if desired.topology_manager_policy is not None:
+        new["topologyManagerPolicy"] = tm_policy
+    if desired.topology_manager_scope is not None:
+        new["topologyManagerScope"] = tm_scope
+    if desired.topology_manager_policy_options is not None:
+        _set_map(new, "topologyManagerPolicyOptions", tm_options)
+    if needed:
+        gates = dict(gates_now)
+        gates.update(needed)
+        new["featureGates"] = gates
+    changed = [key for key in sorted(set(new) | set(current)) if new.get(key) != current.get(key)]
+    before = _verdict_now(current, topo, state, state_path)
+    after = state_verdict(state, desired.policy, topo, reserved, options=options, state_path=state_path)
+    return Change(new, changed, reserved, source, needed, before, after, notes)
+
+
+def _verdict_now(current: Mapping[str, Any], topo: Topology, state: Optional[bytes],
+                 state_path: str) -> Optional[str]:
+    """Would the kubelet accept its checkpoint with the configuration as it is now? (None when it cannot tell.)"""
+    policy = _current_policy(current)
+    try:
+        options = _string_map(current.get("cpuManagerPolicyOptions"), "cpuManagerPolicyOptions")
+        reserved = _reserved(topo, Desired(policy=policy), current, parse_options(options))[0]
+    except KubecpuError:
+        return None
+    return state_verdict(state, policy, topo, reserved, options=options, state_path=state_path)
+
+
+def _set_map(config: Dict[str, Any], key: str, value: Dict[str, str]) -> None:
+    if value:
+        config[key] = dict(value)
+    else:
+        config.pop(key, None)

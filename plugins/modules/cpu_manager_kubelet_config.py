@@ -1,0 +1,236 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, kubecpu developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later (the Ansible glue; the core in module_utils is Apache-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: cpu_manager_kubelet_config
+short_description: Validate a kubelet CPU manager change and decide whether it needs the state file removed
+version_added: 0.3.0
+description:
+  - Takes the node's current KubeletConfiguration and the CPU manager settings wanted, and checks them the way
+    the kubelet of the given version would at start (option names and values, option maturity against feature
+    gates, refused option pairs, C(align-by-socket) against the topology and C(single-numa-node), a non-zero
+    reservation for V(static), reserved CPUs that exist and are online). A refused change fails with the
+    kubelet's own message and nothing is touched.
+  - Returns the new configuration (only C(cpuManagerPolicy), C(cpuManagerPolicyOptions),
+    C(cpuManagerReconcilePeriod), C(reservedSystemCPUs), C(topologyManagerPolicy), C(topologyManagerScope),
+    C(topologyManagerPolicyOptions) and the C(featureGates) the options need differ; every other key keeps its
+    value) and whether the kubelet would reject its C(cpu_manager_state) afterwards (policy name changed, CPU set
+    changed, reserved CPUs now pinned, strict reservation toggled), with the kubelet's error text.
+  - Only computes; the C(kubecpu.cpu_manager.kubelet_cpu_manager) role writes the file and migrates the state.
+author: kubecpu developers (@kubecpu)
+attributes:
+  check_mode:
+    support: full
+    description: Only reads.
+  diff_mode:
+    support: none
+    description: Nothing is changed here; the role shows the file's diff when it writes it.
+  idempotent:
+    support: full
+    description: Never changes anything.
+options:
+  config:
+    description:
+      - The current KubeletConfiguration as a mapping (for example the file read with M(ansible.builtin.slurp)
+        and the P(ansible.builtin.from_yaml#filter) filter). Empty for a node without one.
+    type: dict
+    default: {}
+  kubelet_version:
+    description:
+      - The kubelet's version, as C(kubelet --version) prints it (C(Kubernetes v1.33.2)) or C(1.33).
+    type: str
+    required: true
+  policy:
+    description: The CPU manager policy to configure.
+    type: str
+    choices: [static, none]
+    default: static
+  policy_options:
+    description:
+      - Static policy options, kubelet names to values. Omitted keeps the file's C(cpuManagerPolicyOptions);
+        an empty mapping removes them.
+    type: dict
+  reconcile_period:
+    description: The C(cpuManagerReconcilePeriod), a Go duration (C(10s)). Omitted keeps the file's value.
+    type: str
+  reserved_cpus:
+    description: The C(reservedSystemCPUs) list (C(0,4)).
+    type: str
+  num_reserved:
+    description:
+      - A number of reserved CPUs, placed by the reservation planner (whole cores, lowest cores first) and written
+        as C(reservedSystemCPUs). Without O(reserved_cpus) and O(num_reserved) the file's reservation is kept.
+    type: int
+  topology_manager_policy:
+    description: The C(topologyManagerPolicy). Omitted keeps the file's value.
+    type: str
+    choices: [none, best-effort, restricted, single-numa-node]
+  topology_manager_scope:
+    description: The C(topologyManagerScope). Omitted keeps the file's value.
+    type: str
+    choices: [container, pod]
+  topology_manager_policy_options:
+    description:
+      - Topology Manager policy options (C(prefer-closest-numa-nodes), C(max-allowable-numa-nodes)). Omitted keeps
+        the file's value.
+    type: dict
+  state_path:
+    description: The kubelet's checkpoint file, read to decide whether the kubelet would reject it.
+    type: path
+    default: /var/lib/kubelet/cpu_manager_state
+  sysfs_root:
+    description: Discover the topology from sysfs below this directory (a fake tree in tests).
+    type: path
+    default: /
+  topology_path:
+    description: Read a C(kubecpu.topology/v1) JSON file instead of discovering.
+    type: path
+"""
+
+EXAMPLES = r"""
+- name: Read the kubelet configuration
+  ansible.builtin.slurp:
+    src: /var/lib/kubelet/config.yaml
+  register: kubelet_config_file
+
+- name: Plan a switch to the static policy with two reserved CPUs
+  kubecpu.cpu_manager.cpu_manager_kubelet_config:
+    config: "{{ kubelet_config_file.content | b64decode | from_yaml }}"
+    kubelet_version: "Kubernetes v1.33.2"
+    policy: static
+    num_reserved: 2
+    policy_options:
+      full-pcpus-only: "true"
+  register: kubelet_plan
+
+- name: Say whether the kubelet would reject its cpu_manager_state
+  ansible.builtin.debug:
+    msg: "{{ kubelet_plan.migration.reason if kubelet_plan.migration.required else 'state file kept' }}"
+"""
+
+RETURN = r"""
+config:
+  description: The complete new KubeletConfiguration (every key the input had, the managed ones updated).
+  returned: success
+  type: dict
+changed_keys:
+  description: The top-level keys whose value changes.
+  returned: success
+  type: list
+  elements: str
+  sample: [cpuManagerPolicy, reservedSystemCPUs]
+config_changed:
+  description: Whether the configuration changes at all.
+  returned: success
+  type: bool
+reserved_cpus:
+  description: The reserved CPUs the kubelet will use after the change.
+  returned: success
+  type: str
+  sample: "0,2"
+reserved_source:
+  description:
+    - Where the reservation comes from (V(reserved_cpus), V(planner), V(num_reserved), V(config),
+      V(kubeReserved+systemReserved) or V(none)).
+  returned: success
+  type: str
+feature_gates:
+  description: The feature gates set to true because the chosen options need them on this kubelet version.
+  returned: success
+  type: dict
+  sample: {"CPUManagerPolicyAlphaOptions": true}
+migration:
+  description: The safe-migration decision.
+  returned: success
+  type: dict
+  contains:
+    required:
+      description: The kubelet would reject its current C(cpu_manager_state) after the change, so the file must
+        be backed up and removed while the kubelet is stopped.
+      type: bool
+    reason:
+      description: The kubelet's error for the current state file under the new configuration (null when accepted).
+      type: str
+    rejected_now:
+      description: The kubelet already rejects the state file with its current configuration (crash-looping).
+      type: bool
+    state_path:
+      description: The checkpoint file.
+      type: str
+notes:
+  description: Remarks (a reservation rounded up to whole cores, a kubelet newer than the known ones).
+  returned: success
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import CPUSetError, StoreError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet_config import (
+    TOPOLOGY_POLICIES, TOPOLOGY_SCOPES, ConfigError, Desired, plan_change)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import run_module
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import NodeConfig, load_topology
+
+
+def read_state(path: str):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError("cannot read the kubelet's checkpoint %s: %s" % (path, exc.strerror or exc)) from None
+
+
+def plan(module: AnsibleModule) -> dict:
+    params = module.params
+    reserved = None
+    if params["reserved_cpus"] not in (None, ""):
+        try:
+            reserved = CPUSet.parse(params["reserved_cpus"])
+        except CPUSetError as exc:
+            raise ConfigError("reserved_cpus: %s" % exc) from None
+    if params["num_reserved"] is not None and params["num_reserved"] < 0:
+        raise ConfigError("num_reserved must not be negative, got %d" % params["num_reserved"])
+    desired = Desired(
+        policy=params["policy"], policy_options=params["policy_options"],
+        reconcile_period=params["reconcile_period"], reserved_cpus=reserved, num_reserved=params["num_reserved"],
+        topology_manager_policy=params["topology_manager_policy"],
+        topology_manager_scope=params["topology_manager_scope"],
+        topology_manager_policy_options=params["topology_manager_policy_options"])
+    topo = load_topology(NodeConfig(topology_path=params["topology_path"], sysfs_root=params["sysfs_root"]))
+    change = plan_change(params["config"], desired, topo, params["kubelet_version"],
+                         state=read_state(params["state_path"]), state_path=params["state_path"])
+    return dict(changed=False, **change.to_dict(params["state_path"]))
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "config": {"type": "dict", "default": {}},
+            "kubelet_version": {"type": "str", "required": True},
+            "policy": {"type": "str", "choices": ["static", "none"], "default": "static"},
+            "policy_options": {"type": "dict"},
+            "reconcile_period": {"type": "str"},
+            "reserved_cpus": {"type": "str"},
+            "num_reserved": {"type": "int"},
+            "topology_manager_policy": {"type": "str", "choices": list(TOPOLOGY_POLICIES)},
+            "topology_manager_scope": {"type": "str", "choices": list(TOPOLOGY_SCOPES)},
+            "topology_manager_policy_options": {"type": "dict"},
+            "state_path": {"type": "path", "default": "/var/lib/kubelet/cpu_manager_state"},
+            "sysfs_root": {"type": "path", "default": "/"},
+            "topology_path": {"type": "path"},
+        },
+        supports_check_mode=True,
+    )
+    run_module(module, plan)
+
+
+if __name__ == "__main__":
+    main()
