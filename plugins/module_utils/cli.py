@@ -128,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-passes", type=_count_arg, metavar="N", help=argparse.SUPPRESS)
     p.add_argument("--metrics-path", metavar="FILE", help="write Prometheus textfile metrics here after each pass")
     p.add_argument("--check", action="store_true", help="only report the plan: change nothing")
+    p.add_argument("--config", metavar="FILE",
+                   help="JSON object of these options by long name (\"period\": \"1s\"); flags given here win")
 
     p = sub.add_parser("demo", help="discover this node and show what the static policy gives sample pods")
     _topology_args(p)
@@ -382,10 +384,45 @@ COMMANDS = {"topology": cmd_topology, "plan": cmd_plan, "allocate": cmd_allocate
             "state": cmd_state, "demo": cmd_demo, "reconcile": cmd_reconcile}
 
 
+def config_arguments(path: str) -> List[str]:
+    """A JSON configuration file as command-line arguments (validated by the same parser as the flags)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except OSError as exc:
+        raise UsageError("cannot read configuration file %s: %s" % (path, exc.strerror or exc)) from None
+    except ValueError as exc:
+        raise UsageError("configuration file %s is not valid JSON: %s" % (path, exc)) from None
+    if not isinstance(doc, dict):
+        raise UsageError("configuration file %s must hold a JSON object of option names to values" % path)
+    argv: List[str] = []
+    for key, value in doc.items():
+        flag = "--" + str(key).replace("_", "-")
+        if flag == "--config" or not str(key).replace("_", "-").replace("-", "").isalnum():
+            raise UsageError("configuration file %s: unknown option %r" % (path, key))
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            if item is True:
+                argv.append(flag)
+            elif item is None or item is False:
+                continue
+            elif isinstance(item, (str, int, float)):
+                argv.append("%s=%s" % (flag, item))
+            else:
+                raise UsageError("configuration file %s: option %s must be a string, number, boolean or list"
+                                 % (path, key))
+    return argv
+
+
 def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
          stdin: TextIO = sys.stdin) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if getattr(args, "config", None):
+            given = list(sys.argv[1:] if argv is None else argv)
+            rest = given[given.index(args.command) + 1:]
+            args = parser.parse_args([args.command] + config_arguments(args.config) + rest)
         return COMMANDS[args.command](args, out, err, stdin)
     except REFUSED as exc:
         err.write("%s\n" % exc)

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from .cpuset import CPUSet
 from .errors import ContainerRuntimeError
@@ -23,7 +23,39 @@ def free_whole_cores(topo: Topology, free: CPUSet) -> Dict[str, int]:
     return counts
 
 
+def cpu_map(topo: Topology, reserved: CPUSet, assignments: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """One row per online CPU, where it sits and who owns it: the data of the fleet report's core map.
+
+    ``kind`` is exclusive (owned by ``owner``, the pod name where the runtime told it, else the pod UID, then
+    the container), reserved or shared.
+    """
+    owners: Dict[int, Dict[str, Any]] = {}
+    for assignment in assignments:
+        for cpu in CPUSet.parse(assignment["cpus"]):
+            owners[cpu] = assignment
+    rows = []
+    for cpu in sorted(topo.loc):
+        core, socket, numa, uncore = topo.loc[cpu]
+        row: Dict[str, Any] = {"cpu": cpu, "core": core, "socket": socket, "numa": numa, "uncore": uncore,
+                               "kind": "shared", "owner": None, "pod": None, "pod_uid": None, "container": None}
+        if cpu in owners:
+            owner = owners[cpu]
+            row.update(kind="exclusive", pod=owner["pod"], pod_uid=owner["pod_uid"], container=owner["container"],
+                       owner="%s/%s" % (owner["pod"] or owner["pod_uid"], owner["container"]))
+        elif cpu in reserved:
+            row["kind"] = "reserved"
+        rows.append(row)
+    return rows
+
+
 def node_info(manager: NodeManager, state: CPUState, use_runtime: bool = True) -> Dict[str, Any]:
+    """The state joined with the runtime and cgroupfs, and the per-CPU map."""
+    info = _joined(manager, state, use_runtime)
+    info["cpus"] = cpu_map(manager.topology, manager.policy.reserved, info["assignments"])
+    return info
+
+
+def _joined(manager: NodeManager, state: CPUState, use_runtime: bool) -> Dict[str, Any]:
     topo = manager.topology
     reserved = manager.policy.reserved
     free = state.default.difference(reserved)

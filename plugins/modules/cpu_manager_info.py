@@ -107,6 +107,15 @@ topology:
   description: CPU, core, socket, NUMA node and uncore cache counts.
   returned: always
   type: dict
+cpus:
+  description:
+    - One entry per online CPU, the data of a core map, with C(cpu), C(core), C(socket), C(numa), C(uncore),
+      C(kind) (V(exclusive), V(reserved) or V(shared)) and for exclusive CPUs C(owner) (the pod name where the
+      runtime answered, else the pod UID, then the container), C(pod), C(pod_uid) and C(container).
+  returned: always
+  type: list
+  elements: dict
+  version_added: 0.3.0
 """
 
 from ansible.module_utils.basic import AnsibleModule
