@@ -58,10 +58,11 @@ def node_info(manager: NodeManager, state: CPUState, use_runtime: bool = True) -
 def _joined(manager: NodeManager, state: CPUState, use_runtime: bool) -> Dict[str, Any]:
     topo = manager.topology
     reserved = manager.policy.reserved
-    free = state.default.difference(reserved)
+    shared = state.default if manager.policy.name == "static" else topo.all_cpus  # none: everything is shared
+    free = shared.difference(reserved)
     info: Dict[str, Any] = {
         "policy": manager.policy.name, "state_file": manager.store.path, "state": state.to_dict(),
-        "reserved_cpus": str(reserved), "shared_pool": str(state.default), "exclusive_cpus": str(state.assigned()),
+        "reserved_cpus": str(reserved), "shared_pool": str(shared), "exclusive_cpus": str(state.assigned()),
         "free_whole_cores_per_numa": free_whole_cores(topo, free), "topology": topo.summary(),
         "runtime": None, "assignments": [], "containers": [], "drift": [], "warnings": []}
     by_key: Dict[Any, Dict[str, Any]] = {}

@@ -204,6 +204,8 @@ class Change(NamedTuple):
     verdict_before: Optional[str]
     verdict_after: Optional[str]
     notes: List[str]
+    current_policy: str
+    current_reserved: Optional[CPUSet]
 
     @property
     def migration_required(self) -> bool:
@@ -215,7 +217,9 @@ class Change(NamedTuple):
                 "feature_gates": self.feature_gates,
                 "migration": {"required": self.migration_required, "reason": self.verdict_after,
                               "state_path": state_path, "rejected_now": self.verdict_before is not None},
-                "notes": self.notes}
+                "notes": self.notes,
+                "current": {"policy": self.current_policy,
+                            "reserved_cpus": None if self.current_reserved is None else str(self.current_reserved)}}
 
 
 def _string_map(value: Any, what: str) -> Dict[str, str]:
@@ -367,21 +371,22 @@ def plan_change(current: Mapping[str, Any], desired: Desired, topo: Topology, ve
         gates.update(needed)
         new["featureGates"] = gates
     changed = [key for key in sorted(set(new) | set(current)) if new.get(key) != current.get(key)]
-    before = _verdict_now(current, topo, state, state_path)
+    before, reserved_now = _verdict_now(current, topo, state, state_path)
     after = state_verdict(state, desired.policy, topo, reserved, options=options, state_path=state_path)
-    return Change(new, changed, reserved, source, needed, before, after, notes)
+    return Change(new, changed, reserved, source, needed, before, after, notes, _current_policy(current), reserved_now)
 
 
 def _verdict_now(current: Mapping[str, Any], topo: Topology, state: Optional[bytes],
-                 state_path: str) -> Optional[str]:
-    """Would the kubelet accept its checkpoint with the configuration as it is now? (None when it cannot tell.)"""
+                 state_path: str) -> Tuple[Optional[str], Optional[CPUSet]]:
+    """Would the kubelet accept its checkpoint with the configuration as it is now (None when it would or when
+    that cannot be told), and the reserved CPUs it uses now."""
     policy = _current_policy(current)
     try:
         options = _string_map(current.get("cpuManagerPolicyOptions"), "cpuManagerPolicyOptions")
         reserved = _reserved(topo, Desired(policy=policy), current, parse_options(options))[0]
     except KubecpuError:
-        return None
-    return state_verdict(state, policy, topo, reserved, options=options, state_path=state_path)
+        return None, None
+    return state_verdict(state, policy, topo, reserved, options=options, state_path=state_path), reserved
 
 
 def _set_map(config: Dict[str, Any], key: str, value: Dict[str, str]) -> None:

@@ -161,6 +161,17 @@ migration:
     state_path:
       description: The checkpoint file.
       type: str
+current:
+  description: The configuration as it is now, as the kubelet reads it.
+  returned: success
+  type: dict
+  contains:
+    policy:
+      description: The current C(cpuManagerPolicy) (V(none) when unset).
+      type: str
+    reserved_cpus:
+      description: The CPUs the kubelet reserves today (null when the current configuration cannot be read).
+      type: str
 notes:
   description: Remarks (a reservation rounded up to whole cores, a kubelet newer than the known ones).
   returned: success
