@@ -26,6 +26,10 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   echo "$want" > "$stamp"
 fi
 
+# ansible-playbook, ansible-lint and Molecule find the collection through this symlink tree (the checkout itself).
+mkdir -p .cache/collections/ansible_collections/kubecpu
+[[ -L .cache/collections/ansible_collections/kubecpu/cpu_manager ]] || ln -s "$(pwd)" .cache/collections/ansible_collections/kubecpu/cpu_manager
+
 # ansible-test builds virtual environments with a pip bootstrap script it downloads from the internet;
 # this offline stand-in bootstraps pip from the interpreter instead (ENVIRONMENT.md).
 mkdir -p "$HOME/.ansible/test/cache"

@@ -11,18 +11,20 @@ started=$SECONDS
 stage() { printf '\n=== %s\n' "$*"; }
 
 stage "ruff"
-ruff check plugins tests bin/kubecpu benchmarks scripts/lab.py scripts/demo_node.py
+ruff check plugins tests bin/kubecpu benchmarks scripts/lab.py scripts/demo_node.py scripts/fleet.py extensions
 stage "mypy (plugins/module_utils)"
 mypy
 stage "yamllint"
 yamllint -s -d '{extends: default, rules: {line-length: {max: 160}, document-start: {present: true}}}' \
-  galaxy.yml meta changelogs tests/integration/modules.yml
+  galaxy.yml meta changelogs tests/integration/modules.yml roles playbooks extensions
+stage "ansible-lint (production profile: roles, playbooks, Molecule scenarios)"
+ANSIBLE_COLLECTIONS_PATH="$root/.cache/collections" ansible-lint --offline --profile production roles playbooks extensions
 stage "antsibull-changelog lint"
 antsibull-changelog lint
 
-stage "real runtime: containerd, runc and busybox-static (apt-get when missing)"
+stage "system packages: containerd, runc, busybox-static, podman, debootstrap, chromium (apt-get when missing)"
 missing=()
-for pkg in containerd runc busybox-static; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+for pkg in containerd runc busybox-static podman debootstrap chromium; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
 if ((${#missing[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -34,6 +36,11 @@ python -m pytest -n 2 -q --junitxml=tests/output/junit.xml tests/unit
 
 stage "integration tests against a real containerd (bin/kubecpu reconcile, the agent, the modules)"
 python -m pytest -q --junitxml=tests/output/junit-integration.xml tests/integration
+
+stage "Molecule: podman scenario (systemd nodes: both roles, rollout, idempotence, testinfra) and localhost scenario"
+bash scripts/molecule-image.sh
+(cd extensions && ANSIBLE_COLLECTIONS_PATH="$root/.cache/collections" molecule test -s podman)
+(cd extensions && ANSIBLE_COLLECTIONS_PATH="$root/.cache/collections" molecule test -s localhost)
 
 stage "ansible-test sanity (offline, collection copied to ansible_collections/kubecpu/cpu_manager)"
 work=$(mktemp -d "${TMPDIR:-/tmp}/kubecpu-sanity.XXXXXX")

@@ -1,0 +1,34 @@
+"""Builds the agent node's stand-in runtime (crictl answering with the recorded crictl 1.32 output, a fake cgroupfs)
+and a 4-CPU sysfs tree in DIR, with the paths they will have on the node (/var/lib/kubecpu/fake)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "unit")]
+
+import conftest  # noqa: E402,F401  # ansible_collections.kubecpu.cpu_manager importable
+import fake_crictl  # noqa: E402
+import fake_sysfs  # noqa: E402
+
+NODE_DIR = "/var/lib/kubecpu/fake"
+
+
+def main(directory: str) -> None:
+    runtime = os.path.join(directory, "runtime")
+    fake_crictl.make_node(runtime)
+    script = os.path.join(runtime, "crictl")
+    with open(script, encoding="utf-8") as handle:
+        text = handle.read()
+    text = re.sub(r"\A#!.*", "#!/usr/bin/python3", text)
+    text = re.sub(r"^HERE = .*$", "HERE = %r" % (NODE_DIR + "/runtime"), text, flags=re.M)
+    with open(script, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    fake_sysfs.build(os.path.join(directory, "root"), fake_sysfs.machine(1, 4, 1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,45 @@
+"""The kubelet node after the podman scenario: migrated from policy none to static (the checkpoint backed up once,
+the kubelet healthy and not restarting), only the CPU manager keys changed in its configuration."""
+
+import json
+import time
+
+import yaml
+
+testinfra_hosts = ["ansible://kubecpu-kubelet-node"]
+KUBEADM_KEYS = {
+    "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+    "authentication": {"anonymous": {"enabled": False}}, "cgroupDriver": "systemd", "clusterDNS": ["10.96.0.10"],
+    "clusterDomain": "cluster.local", "evictionHard": {"memory.available": "100Mi"}, "rotateCertificates": True,
+    "staticPodPath": "/etc/kubernetes/manifests",
+}
+
+
+def test_kubelet_config_keys(host):
+    config = yaml.safe_load(host.file("/var/lib/kubelet/config.yaml").content_string)
+    assert config["cpuManagerPolicy"] == "static"
+    assert config["reservedSystemCPUs"] == "0"
+    assert config["cpuManagerReconcilePeriod"] == "5s"
+    for key, value in KUBEADM_KEYS.items():
+        assert config[key] == value, key  # every other key kept with its value
+    assert set(config) - set(KUBEADM_KEYS) == {"cpuManagerPolicy", "reservedSystemCPUs", "cpuManagerReconcilePeriod"}
+
+
+def test_checkpoint_backed_up_once_and_replaced(host):
+    backups = host.check_output("ls /var/lib/kubelet | grep -c '^cpu_manager_state\\..*\\.bak$'")
+    assert backups == "1"  # the none->static switch; the period changes kept the checkpoint
+    backup = host.check_output("ls /var/lib/kubelet/cpu_manager_state.*.bak")
+    assert json.loads(host.file(backup).content_string)["policyName"] == "none"
+    assert host.file(backup).mode == 0o600
+    state = json.loads(host.file("/var/lib/kubelet/cpu_manager_state").content_string)
+    assert state["policyName"] == "static" and state["defaultCpuSet"] == "0-1"
+
+
+def test_kubelet_healthy_and_not_restarting(host):
+    assert host.service("kubelet").is_running
+    before = host.check_output("systemctl show --property=NRestarts --value kubelet")
+    time.sleep(3)
+    health = host.check_output("python3 -c \"import urllib.request; "
+                               "print(urllib.request.urlopen('http://127.0.0.1:10248/healthz').read().decode())\"")
+    assert health == "ok"
+    assert host.check_output("systemctl show --property=NRestarts --value kubelet") == before

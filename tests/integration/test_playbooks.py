@@ -1,0 +1,111 @@
+"""The fleet playbooks over local "nodes" (scripts/fleet.py: fake sysfs trees, kubelet configs and checkpoints, a
+stand-in crictl on the agent nodes): plan.yml's per-node answers, and report.yml's page opened in a real browser
+(playwright driving Debian's chromium), its core map checked through the DOM."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from test_modules import ROOT, collections_path
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import fleet
+
+CHROMIUM = shutil.which("chromium")
+POD_A, POD_B = fleet.POD_A, fleet.POD_B
+
+
+def run_playbook(name, inventory, extra):
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_LOCALHOST_WARNING="0")
+    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", inventory, "-f", "10",
+            os.path.join(ROOT, "playbooks", name), "-e", json.dumps(extra)]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stdout
+    return proc
+
+
+@pytest.fixture(scope="module")
+def local_fleet(tmp_path_factory):
+    directory = str(tmp_path_factory.mktemp("fleet"))
+    fleet.build(directory, 8, sys.executable)
+    return directory
+
+
+def test_plan_answers_per_node_and_changes_nothing(local_fleet, tmp_path):
+    inventory = os.path.join(local_fleet, "inventory.yml")
+    before = {p: open(p, "rb").read() for p in _state_files(local_fleet)}
+    proc = run_playbook("plan.yml", inventory, {"kubecpu_plan_file": str(tmp_path / "plan.json")})
+    plans = {p["node"]: p for p in json.load(open(tmp_path / "plan.json"))}
+    assert len(plans) == 8
+    none_node, static_node, agent_node, moved_node = (plans["node00%d-%s" % (i, k)] for i, k in enumerate(fleet.KINDS))
+    assert none_node["state_rejected"] and 'configured policy "static" differs' in none_node["state_reason"]
+    assert none_node["changes"][:2] == ["cpuManagerPolicy", "reservedSystemCPUs"]
+    assert none_node["reserved_cpus"] == "0,8" and none_node["pods_moving"] == []
+    assert static_node == dict(static_node, changes=[], state_rejected=False, pinned_today=2, pods_moving=[])
+    assert agent_node["reserved_cpus"] == "0" and not agent_node["state_rejected"] and agent_node["pinned_today"] == 1
+    assert agent_node["pods_moving"] == []  # the agent's own pass already pinned prod/web main
+    assert moved_node["state_rejected"] and "not all reserved cpus" in moved_node["state_reason"]
+    assert [(m["pod"], m["container"], m["cpus_now"]) for m in moved_node["pods_moving"]] == [(POD_A, "app", "0,8")]
+    summary = proc.stdout[proc.stdout.index("NODE "):]
+    assert re.search(r"node001-kubelet-static\s+kubelet\s+0,8\s+kept\s+0\s+nothing", summary)
+    assert "8 nodes: 6 would change, 4 state files rejected, 0 refused, 2 containers would lose or move CPUs" in summary
+    assert {p: open(p, "rb").read() for p in _state_files(local_fleet)} == before  # a dry run
+
+
+def _state_files(directory):
+    return sorted(os.path.join(d, f) for d, _, files in os.walk(directory) for f in files if f == "cpu_manager_state")
+
+
+@pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="chromium is not installed")
+def test_report_page_in_a_real_browser(local_fleet, tmp_path):
+    report = tmp_path / "report"
+    run_playbook("report.yml", os.path.join(local_fleet, "inventory.yml"), {"kubecpu_report_dir": str(report)})
+    fleet_doc = json.load(open(report / "fleet.json"))
+    assert [n["node"] for n in fleet_doc["nodes"]][:4] == ["node00%d-%s" % (i, k) for i, k in enumerate(fleet.KINDS)]
+    html = (report / "index.html").read_text()
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", html)  # offline: nothing fetched
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1300, "height": 1000})
+        page.goto((report / "index.html").as_uri())
+        page.screenshot(path=str(report / "screenshot.png"), full_page=True)
+
+        def owners(node):
+            return page.eval_on_selector_all(
+                '.cpu[data-node="%s"]' % node,
+                "els => Object.fromEntries(els.map(e => [e.dataset.cpu, [e.dataset.kind, e.dataset.owner]]))")
+
+        static = owners("node001-kubelet-static")
+        assert static["0"] == ["reserved", ""] and static["8"] == ["reserved", ""]
+        assert static["4"] == static["12"] == ["exclusive", POD_A + "/app"]
+        assert all(static[str(c)] == ["exclusive", POD_B + "/db"] for c in (5, 6, 7, 13, 14, 15))
+        assert all(static[str(c)] == ["shared", ""] for c in (1, 2, 3, 9, 10, 11))
+        agent = owners("node002-agent")  # names from the (stand-in) runtime
+        assert agent == {"0": ["reserved", ""], "1": ["exclusive", "prod/web/main"],
+                         "2": ["exclusive", "prod/web/main"], "3": ["shared", ""]}
+        assert page.eval_on_selector('.node[data-node="node001-kubelet-static"] .cpu[data-cpu="4"]',
+                                     "e => e.closest('.numa').dataset.numa + '/' + e.closest('.socket').dataset.socket"
+                                     ) == "1/1"
+        free = page.eval_on_selector_all('.node[data-node="node001-kubelet-static"] .fragmentation tr[data-numa]',
+                                         "rows => rows.map(r => r.innerText.replace(/\\s+/g, ' '))")
+        assert free == ["0 3", "1 0"]
+        page.fill("#filter", "prod/web")
+        visible = page.eval_on_selector_all(".node:not(.hidden)", "els => els.map(e => e.dataset.node)")
+        assert visible == ["node002-agent", "node006-agent"]
+        page.fill("#filter", "numa:1")
+        assert page.eval_on_selector_all(".cpu.hit", "els => els.length") == 8 * 6  # six 16-CPU nodes
+        page.fill("#filter", "")
+        page.select_option("#kind", "exclusive")
+        assert len(page.eval_on_selector_all(".node:not(.hidden)", "els => els")) == 6
+        browser.close()
+    assert (report / "screenshot.png").stat().st_size > 10000
