@@ -18,7 +18,8 @@ from .cpuset import CPUSet
 from .discovery import discover
 from .errors import (AllocationError, CheckpointError, CPUSetError, KubecpuError, OptionError, PodSpecError,
                      PolicyError, StateError, StoreError, TopologyError)
-from .options import ALL_OPTIONS, parse_option_args, parse_options
+from .hints import container_hints, hints_document, pod_hints
+from .options import ALL_OPTIONS, parse_option_args, parse_options, validate_for_machine
 from .pod import Pod
 from .agent import Agent, parse_duration
 from .cgroups import DEFAULT_ROOT
@@ -29,6 +30,8 @@ from .policy import POLICY_NAMES, STATIC, Policy, StaticPolicy, check_numa_nodes
 from .state import CPUState
 from .state_store import DEFAULT_PATH, KUBELET_PATH, StateStore
 from .topology import Topology
+from .topology_manager import (TopologyManager, TopologyManagerError, parse_distances, parse_policy_options,
+                               parse_providers)
 
 REFUSED = (AllocationError, StateError, CheckpointError, StoreError)
 VERSION = "0.1.0"
@@ -102,6 +105,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--available", required=True, type=_cpuset_arg, metavar="CPUSET", help="the free CPUs")
     p.add_argument("--count", required=True, type=_count_arg, metavar="N", help="exclusive CPUs requested")
     p.add_argument("--numa-affinity", type=_cpuset_arg, metavar="NODES", help="preferred NUMA nodes (hint)")
+
+    p = sub.add_parser("hints", help="the CPU manager's topology hints for a request (GetTopologyHints)")
+    _topology_args(p)
+    _policy_args(p)
+    p.add_argument("--available", required=True, type=_cpuset_arg, metavar="CPUSET",
+                   help="CPUs free for exclusive use (the default set minus the reserved CPUs)")
+    p.add_argument("--count", required=True, type=_count_arg, metavar="N", help="the guaranteed CPUs requested")
+    p.add_argument("--reusable", type=_cpuset_arg, default=CPUSet(), metavar="CPUSET",
+                   help="CPUs of the pod's finished init containers")
+    p.add_argument("--assigned", type=_cpuset_arg, metavar="CPUSET", help="container scope: the CPUs it holds")
+    p.add_argument("--scope", choices=("container", "pod"), default="container")
+    p.add_argument("--pod-assigned", action="append", type=_pod_assigned_arg, default=[], metavar="R:CPUSET",
+                   help="pod scope: a container holding CPUs (its request R and its CPUs); repeatable")
+
+    p = sub.add_parser("merge", help="the Topology Manager's merge and admission of hint providers' answers")
+    p.add_argument("--policy", required=True, metavar="POLICY", help="none, best-effort, restricted, single-numa-node")
+    p.add_argument("--numa-nodes", required=True, type=_cpuset_arg, metavar="LIST", help="the machine's NUMA nodes")
+    p.add_argument("--hints", required=True, metavar="FILE", help="the providers' hints (JSON list); - reads stdin")
+    p.add_argument("--numa-distances", metavar="FILE", help="JSON: node id -> distance row (prefer-closest-numa-nodes)")
+    p.add_argument("--option", action="append", metavar="NAME[=VALUE]", default=[],
+                   help="prefer-closest-numa-nodes=BOOL, max-allowable-numa-nodes=INT")
 
     p = sub.add_parser("allocate", help="allocate CPUs for a container and record them in the state")
     _state_args(p)
@@ -225,6 +249,52 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) 
     cpus = plan(topo, options, args.available, args.count, _affinity(topo, args.numa_affinity))
     _emit(out, {"cpus": str(cpus)})
     return 0
+
+
+def _pod_assigned_arg(text: str) -> Tuple[int, CPUSet]:
+    request, sep, cpus = text.partition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError('invalid --pod-assigned "%s": expected R:CPUSET' % text)
+    return _count_arg(request), _cpuset_arg(cpus)
+
+
+def cmd_hints(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
+    if args.scope == "pod" and args.assigned is not None:
+        raise UsageError("--assigned is for container scope; use --pod-assigned R:CPUSET with --scope pod")
+    if args.scope == "container" and args.pod_assigned:
+        raise UsageError("--pod-assigned needs --scope pod")
+    topo = load_topology(args, stdin)
+    options = parse_options(parse_option_args(args.option))
+    validate_for_machine(options, topo.num_sockets, topo.num_numa)
+    if args.scope == "pod":
+        found = pod_hints(topo, options, args.available, args.count, reusable=args.reusable,
+                          assigned=args.pod_assigned)
+    else:
+        found = container_hints(topo, options, args.available, args.count, reusable=args.reusable,
+                                assigned=args.assigned)
+    _emit(out, hints_document(found))
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
+    if not args.numa_nodes:
+        raise UsageError("--numa-nodes must list at least one NUMA node")
+    raw = parse_option_args(args.option)
+    providers = parse_providers(_read_json(args.hints, "hints file", stdin), "hints file")
+    distances = None
+    if args.policy != "none" and parse_policy_options(raw).prefer_closest and args.numa_distances:
+        distances = parse_distances(_read_json(args.numa_distances, "NUMA distances file", stdin))
+    manager = TopologyManager(args.policy, sorted(args.numa_nodes), raw, distances)
+    _emit(out, manager.merge(providers).to_dict())
+    return 0
+
+
+def _read_json(path: str, what: str, stdin: TextIO) -> Any:
+    text = _read_text(path, what, stdin)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UsageError("%s %s is not valid JSON: %s" % (what, path, exc)) from None
 
 
 def _store(args: argparse.Namespace, policy_name: str) -> StateStore:
@@ -380,7 +450,8 @@ def doc_request(doc: Dict[str, Any], name: str) -> str:
     return "-"
 
 
-COMMANDS = {"topology": cmd_topology, "plan": cmd_plan, "allocate": cmd_allocate, "release": cmd_release,
+COMMANDS = {"topology": cmd_topology, "plan": cmd_plan, "hints": cmd_hints, "merge": cmd_merge,
+            "allocate": cmd_allocate, "release": cmd_release,
             "state": cmd_state, "demo": cmd_demo, "reconcile": cmd_reconcile}
 
 
@@ -427,7 +498,8 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout, err: Te
     except REFUSED as exc:
         err.write("%s\n" % exc)
         return 1
-    except (UsageError, OptionError, PolicyError, CPUSetError, TopologyError, PodSpecError) as exc:
+    except (UsageError, OptionError, PolicyError, CPUSetError, TopologyError, PodSpecError,
+            TopologyManagerError) as exc:
         err.write("%s\n" % exc)
         return 2
     except KubecpuError as exc:

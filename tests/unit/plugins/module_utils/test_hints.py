@@ -1,0 +1,180 @@
+"""Topology hints and the Topology Manager: every case of kubelet-cases/topology_hints.json and
+topology_manager.json through ``kubecpu hints`` / ``kubecpu merge`` (HINTS.md), plus the properties the issue names."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import cli
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.hints import TopologyHint
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology_manager import (
+    POLICIES, TopologyManager, TopologyManagerError, bits, mask_of)
+
+from generated import generated
+from kubelet_cases import fixture_as_document, ids, load
+
+HINT_CASES = load("topology_hints.json")["cases"]
+TM = load("topology_manager.json")
+MERGE_CASES = TM["cases"]
+
+
+def run(argv, stdin=""):
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(argv), out, err, io.StringIO(stdin))
+    return code, out.getvalue(), err.getvalue()
+
+
+def hints_argv(case, topology_path):
+    argv = ["hints", "--topology", topology_path, "--available", case["available"], "--count", str(case["count"]),
+            "--reusable", case["reusable"]]
+    for name, value in sorted(case["options"].items()):
+        argv += ["--option", "%s=%s" % (name, value)]
+    if case["scope"] == "pod":
+        argv += ["--scope", "pod"]
+        argv += ["--pod-assigned=%d:%s" % (a["request"], a["cpus"]) for a in case.get("pod_assigned") or []]
+    elif case.get("assigned") is not None:
+        argv += ["--assigned", case["assigned"]]
+    return argv
+
+
+@pytest.mark.parametrize("case", HINT_CASES, ids=ids(HINT_CASES))
+def test_hints_cases(case, tmp_path):
+    path = tmp_path / "topology.json"
+    path.write_text(json.dumps(fixture_as_document(case["topology"])))
+    code, out, err = run(hints_argv(case, str(path)))
+    assert code == 0, err
+    assert json.loads(out) == case["expected"]  # the kubelet's generation order, null and [] kept apart
+
+
+def numa(case):
+    if "numa_info" in case:
+        info = TM["numa_infos"][case["numa_info"]]
+        return info["nodes"], info["distances"]
+    return case["numa_nodes"], case.get("numa_distances")
+
+
+def merge_argv(case, tmp_path):
+    nodes, distances = numa(case)
+    hints = tmp_path / "hints.json"
+    hints.write_text(json.dumps(case["providers"]))
+    argv = ["merge", "--policy", case["policy"], "--numa-nodes", ",".join(map(str, nodes)), "--hints", str(hints)]
+    if distances is not None:
+        path = tmp_path / "distances.json"
+        path.write_text(json.dumps(distances))
+        argv += ["--numa-distances", str(path)]
+    for name, value in sorted(case["options"].items()):
+        argv += ["--option", "%s=%s" % (name, value)]
+    return argv
+
+
+@pytest.mark.parametrize("case", MERGE_CASES, ids=ids(MERGE_CASES))
+def test_topology_manager_cases(case, tmp_path):
+    code, out, err = run(merge_argv(case, tmp_path))
+    expected = dict(case.get("not_asserted") or {}, **case["expected"])
+    if "error" in expected:
+        assert code == 2 and expected["error"] in err and out == ""
+        return
+    assert code == 0, err
+    result = json.loads(out)
+    expected.pop("ok", None)
+    for key, value in expected.items():
+        assert result[key] == value, key
+
+
+@pytest.mark.parametrize("argv,stdin,message", [
+    (["hints", "--available", "0-3", "--count", "1", "--scope", "pod", "--assigned", "0"], "",
+     "--assigned is for container"),
+    (["hints", "--available", "0-3", "--count", "1", "--pod-assigned", "1:0"], "", "--pod-assigned needs --scope pod"),
+    (["hints", "--available", "0-3", "--count", "1", "--scope", "pod", "--pod-assigned", "x"], "",
+     'invalid --pod-assigned "x"'),
+    (["hints", "--available", "0-3", "--count", "-1"], "", 'invalid count "-1"'),
+    (["hints", "--available", "0-3", "--count", "1", "--option", "bogus"], "",
+     'unknown CPU Manager Policy option: "bogus"'),
+    (["merge", "--policy", "best-effort", "--numa-nodes", "0-1", "--hints", "-"], "[", "not valid JSON"),
+    (["merge", "--policy", "best-effort", "--numa-nodes", "", "--hints", "-"], "[]", "at least one NUMA node"),
+    (["merge", "--policy", "restricted", "--numa-nodes", "0", "--hints", "-", "--option", "max-allowable-numa-nodes=4"],
+     "[]", 'the minimum value of "max-allowable-numa-nodes" should not be less than 8'),
+    (["merge", "--policy", "bogus", "--numa-nodes", "0", "--hints", "-"], "[]", 'unknown policy: "bogus"'),
+])
+def test_bad_arguments(argv, stdin, message, tmp_path):
+    if argv[0] == "hints":
+        path = tmp_path / "t.json"
+        path.write_text(json.dumps(fixture_as_document("topoDualSocketHT")))
+        argv = argv[:1] + ["--topology", str(path)] + argv[1:]
+    code, out, err = run(argv, stdin)
+    assert code == 2 and message in err and out == ""
+
+
+@pytest.mark.parametrize("doc,message", [
+    ({"cpu": []}, "expected a JSON list"),
+    ([5], "provider 0 must be null or an object"),
+    ([{"cpu": 5}], "expected a list of hints or null"),
+    ([{"cpu": [{"numa_affinity": [0]}]}], "a hint is"),
+    ([{"cpu": [{"numa_affinity": "0", "preferred": True}]}], "numa_affinity must be a list"),
+    ([{"cpu": [{"numa_affinity": [0], "preferred": "yes"}]}], "preferred must be true or false"),
+])
+def test_bad_hint_files(doc, message, tmp_path):
+    code, out, err = run(["merge", "--policy", "best-effort", "--numa-nodes", "0-1", "--hints", "-"], json.dumps(doc))
+    assert code == 2 and message in err
+
+
+# --- properties ----------------------------------------------------------------------------------------------
+NODES = [0, 1, 2, 3]
+masks = st.lists(st.sampled_from(NODES), min_size=1, max_size=4, unique=True).map(lambda n: tuple(sorted(n)))
+hint = st.builds(TopologyHint, st.one_of(st.none(), masks), st.booleans())
+resource_hints = st.one_of(st.none(), st.lists(hint, max_size=4))
+providers = st.lists(st.one_of(st.none(), st.dictionaries(st.sampled_from(["cpu", "memory", "gpu"]), resource_hints,
+                                                          max_size=2)), max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(providers=providers, policy=st.sampled_from(POLICIES))
+def test_merged_affinity_within_default(providers, policy):
+    merged = TopologyManager(policy, NODES).merge(providers)
+    if merged.affinity is not None:
+        assert merged.affinity and set(bits(merged.affinity)) <= set(NODES)
+    if policy == "none":
+        assert merged.admit and merged.affinity is None and not merged.preferred
+    if policy == "best-effort":
+        assert merged.admit
+    if policy in ("restricted", "single-numa-node"):
+        assert merged.admit == merged.preferred
+
+
+@settings(max_examples=200, deadline=None)
+@given(node=st.sampled_from(NODES), others=providers)
+def test_preferred_single_numa_is_admitted_by_every_policy(node, others):
+    """Every resource prefers the same single node (or has no preference): every policy admits it there."""
+    agreeing = [{"cpu": [TopologyHint((node,), True)]}, {"memory": [TopologyHint((node,), True)]}, None, {"x": None}]
+    for policy in POLICIES:
+        merged = TopologyManager(policy, NODES).merge(agreeing)
+        assert merged.admit
+        if policy != "none":
+            assert merged.preferred and merged.affinity == mask_of([node])
+
+
+def test_distances_missing_for_prefer_closest():
+    with pytest.raises(TopologyManagerError, match="error getting NUMA distances from cadvisor"):
+        TopologyManager("best-effort", [0, 1], {"prefer-closest-numa-nodes": "true"}, {0: [10, 11]})
+
+
+def test_hints_on_a_generated_machine_respect_reusable():
+    """A reusable CPU pins every hint to the nodes it lies on."""
+    topo_doc = {"format": "kubecpu.topology/v1", "source": "file", "cpus": [
+        {"cpu": i.cpu, "core": i.core, "socket": i.socket, "numa": i.numa, "uncore": i.uncore}
+        for i in generated(2, 2, 1).cpus_info]}
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "kubecpu-hints-%d.json" % os.getpid())
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(topo_doc, handle)
+    try:
+        code, out, _err = run(["hints", "--topology", path, "--available", "0-1,3", "--count", "2", "--reusable", "2"])
+    finally:
+        os.unlink(path)
+    assert code == 0 and json.loads(out) == {"hints": [{"numa_affinity": [1], "preferred": True},
+                                                       {"numa_affinity": [0, 1], "preferred": False}]}
