@@ -106,4 +106,28 @@ options:
     type: str
     choices: [keep, unlimited]
     default: keep
+  topology_manager_policy:
+    description:
+      - The Topology Manager policy applied before exclusive CPUs are chosen, as the kubelet applies it. V(none)
+        (the default) keeps the CPU manager's own choice. With a policy the CPU hints (and a preferred hint for
+        O(numa_affinity) or O(near_device) where the module has them) are merged; the CPUs are taken inside the
+        merged NUMA affinity, and a container the policy does not admit gets the kubelet's error
+        C(Resources cannot be allocated with Topology locality), stays in the shared pool and nothing is recorded.
+    type: str
+    choices: [none, best-effort, restricted, single-numa-node]
+    default: none
+    version_added: 0.3.0
+  topology_manager_scope:
+    description: V(container) merges hints per container, V(pod) per pod (the pod's total request).
+    type: str
+    choices: [container, pod]
+    default: container
+    version_added: 0.3.0
+  topology_manager_policy_options:
+    description:
+      - Topology Manager policy options (C(prefer-closest-numa-nodes), C(max-allowable-numa-nodes)); the NUMA
+        distances come from the topology (C(numa_distances), read from sysfs).
+    type: dict
+    default: {}
+    version_added: 0.3.0
 """

@@ -30,8 +30,8 @@ from .policy import POLICY_NAMES, STATIC, Policy, StaticPolicy, check_numa_nodes
 from .state import CPUState
 from .state_store import DEFAULT_PATH, KUBELET_PATH, StateStore
 from .topology import Topology
-from .topology_manager import (TopologyManager, TopologyManagerError, parse_distances, parse_policy_options,
-                               parse_providers)
+from .topology_manager import (POLICIES, SCOPES, TopologyManager, TopologyManagerError, parse_distances,
+                               parse_policy_options, parse_providers)
 
 REFUSED = (AllocationError, StateError, CheckpointError, StoreError)
 VERSION = "0.1.0"
@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pod", required=True, metavar="FILE", help="pod JSON; - reads stdin")
     p.add_argument("--container", required=True, metavar="NAME")
     p.add_argument("--numa-affinity", type=_cpuset_arg, metavar="NODES", help="preferred NUMA nodes (hint)")
+    _topology_manager_args(p)
 
     p = sub.add_parser("release", help="release a container's exclusive CPUs")
     _state_args(p)
@@ -199,6 +200,15 @@ def _runtime_args(parser: argparse.ArgumentParser) -> None:
                         help="set cpuset.mems of pinned containers to the NUMA nodes of their CPUs")
     parser.add_argument("--cpu-quota", choices=QUOTA_MODES, default="keep",
                         help="unlimited: no CFS quota for exclusively pinned containers and their pods")
+    _topology_manager_args(parser)
+
+
+def _topology_manager_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topology-manager-policy", choices=POLICIES, default="none",
+                        help="merge the CPU hints under this policy first and allocate inside the merged affinity")
+    parser.add_argument("--topology-manager-scope", choices=SCOPES, default="container")
+    parser.add_argument("--topology-manager-option", action="append", default=[], metavar="NAME[=VALUE]",
+                        help="prefer-closest-numa-nodes, max-allowable-numa-nodes=N")
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
@@ -310,7 +320,10 @@ def _start(policy: Policy, state: CPUState, store: StateStore) -> None:
 
 def _manager(args: argparse.Namespace, topo: Topology) -> NodeManager:
     policy = _policy_for(args, topo)
-    return NodeManager(topo, policy, _store(args, policy.name))
+    options = ManagerOptions(topology_manager_policy=getattr(args, "topology_manager_policy", "none"),
+                             topology_manager_scope=getattr(args, "topology_manager_scope", "container"),
+                             topology_manager_options=parse_option_args(getattr(args, "topology_manager_option", [])))
+    return NodeManager(topo, policy, _store(args, policy.name), options=options)
 
 
 def cmd_allocate(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
@@ -340,7 +353,8 @@ def _node_config(args: argparse.Namespace) -> NodeConfig:
         read_only=args.read_only, runtime=args.runtime, runtime_endpoint=args.runtime_endpoint,
         crictl_path=args.crictl, runtime_timeout=args.runtime_timeout, cgroup_root=args.cgroup_root,
         kubelet_state_path=args.kubelet_state, force=args.force, cache_path=args.cache,
-        options=ManagerOptions(args.isolated_cpus, args.align_memory, args.cpu_quota))
+        options=ManagerOptions(args.isolated_cpus, args.align_memory, args.cpu_quota, args.topology_manager_policy,
+                               args.topology_manager_scope, parse_option_args(args.topology_manager_option)))
 
 
 def cmd_reconcile(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:

@@ -87,6 +87,20 @@ def _numa_map(fs: _Sys) -> Dict[int, int]:
     return numa
 
 
+def _numa_distances(fs: _Sys) -> Optional[Dict[int, List[int]]]:
+    """node<N>/distance rows (the kubelet's NUMA distances); None when sysfs has no node directory."""
+    rows: Dict[int, List[int]] = {}
+    for name in fs.listdir("sys/devices/system/node"):
+        match = _NODE_DIR.match(name)
+        text = fs.read("sys/devices/system/node", name, "distance") if match else None
+        if match and text:
+            try:
+                rows[int(match.group(1))] = [int(d) for d in text.split()]
+            except ValueError:
+                continue  # an unreadable row: prefer-closest-numa-nodes will report it missing, as the kubelet does
+    return rows or None
+
+
 def _l3_id(fs: _Sys, cpu_dir: str) -> Optional[int]:
     """The L3 (level 3, Unified) cache id of a CPU; lowest CPU of shared_cpu_list when ids are missing."""
     for index in sorted(fs.listdir(cpu_dir, "cache")):
@@ -133,7 +147,8 @@ def discover_sysfs(root: str = "/") -> Optional[Topology]:
                              uncore=socket if uncore is None else uncore,
                              die=die if die is not None and die >= 0 else 0, online=is_online))
     return Topology(infos, isolated=fs.read_cpuset(base, "isolated") or EMPTY,
-                    nohz_full=fs.read_cpuset(base, "nohz_full") or EMPTY, source="sysfs")
+                    nohz_full=fs.read_cpuset(base, "nohz_full") or EMPTY, source="sysfs",
+                    numa_distances=_numa_distances(fs))
 
 
 def parse_lscpu(text: str) -> List[CPUInfo]:

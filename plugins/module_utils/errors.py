@@ -51,6 +51,14 @@ class AllocationError(KubecpuError):
     """An allocation request cannot be met (kubelet texts such as 'not enough cpus available ...')."""
 
 
+class TopologyAffinityError(AllocationError):
+    """The Topology Manager does not admit the container (the kubelet's TopologyAffinityError)."""
+
+    def __init__(self, detail: str = "") -> None:
+        text = "Resources cannot be allocated with Topology locality"
+        super().__init__("%s (%s)" % (text, detail) if detail else text)
+
+
 class SMTAlignmentError(AllocationError):
     """The kubelet's SMTAlignmentError (full-pcpus-only)."""
 

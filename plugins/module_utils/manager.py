@@ -25,18 +25,20 @@ import os
 import tempfile
 import time
 from fractions import Fraction
-from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .cgroups import CgroupFS
 from .cpuset import CPUSet
 from .errors import (AllocationError, ContainerNotFoundError, ContainerRuntimeError, KubecpuError, PodSpecError,
-                     SafetyError, StateError, StoreError)
+                     SafetyError, StateError, StoreError, TopologyAffinityError)
+from .hints import TopologyHint, container_hints, pod_hints
 from .pod import GUARANTEED, Container, Pod
 from .policy import STATIC, Policy, StaticPolicy
 from .runtime import EXITED, RUNNING, ContainerInfo, ListedContainer, Runtime
 from .state import CPUState
 from .state_store import KUBELET_PATH, StateStore
 from .topology import Topology
+from .topology_manager import SCOPES, TopologyManager
 
 ISOLATED_MODES = ("ignore", "prefer", "only")
 Pair = Tuple[ListedContainer, ContainerInfo]
@@ -49,6 +51,9 @@ class ManagerOptions(NamedTuple):
     isolated_cpus: str = "ignore"  # ignore | prefer | only: take exclusive CPUs from the isolcpus set
     align_memory: bool = False  # cpuset.mems = NUMA nodes of the exclusive CPUs
     cpu_quota: str = "keep"  # keep | unlimited: no CFS quota for exclusively pinned containers (and their pod)
+    topology_manager_policy: str = "none"  # with a policy, CPUs are chosen inside the merged NUMA affinity
+    topology_manager_scope: str = "container"
+    topology_manager_options: Optional[Mapping[str, str]] = None
 
 
 class Action(NamedTuple):
@@ -264,6 +269,12 @@ class NodeManager:
         self.cgroups = cgroups or CgroupFS()
         self.cache = cache if cache is not None else ContainerCache()
         self.options = options
+        if options.topology_manager_scope not in SCOPES:
+            raise PodSpecError("topology_manager_scope must be one of %s" % ", ".join(SCOPES))
+        self.admission: Optional[TopologyManager] = None
+        if options.topology_manager_policy != "none":
+            self.admission = TopologyManager(options.topology_manager_policy, sorted(topology.numa_cpus),
+                                             options.topology_manager_options, topology.numa_distances)
         self.pushed: Dict[str, CPUSet] = {}  # container ID -> cpuset last pushed (when cgroupfs cannot be read)
 
     # --- state --------------------------------------------------------------------------------------------
@@ -303,12 +314,44 @@ class NodeManager:
             return {"prefer": isolated}
         return {}
 
+    def _admit(self, state: CPUState, pod: Pod, container: str,
+               hint_nodes: Optional[Sequence[int]]) -> Optional[Sequence[int]]:
+        """The Topology Manager's admission of a container about to get exclusive CPUs: the CPU hints (and a
+        preferred hint for ``hint_nodes``, a device's NUMA node) merged under the policy. Returns the NUMA
+        affinity to allocate in; raises TopologyAffinityError when the policy does not admit it. Without a policy
+        ``hint_nodes`` stays a plain NUMA preference, as before."""
+        if self.admission is None or not isinstance(self.policy, StaticPolicy):
+            return hint_nodes
+        policy = self.policy
+        if state.get(pod.uid, container) is not None or pod.guaranteed_cpus(container) == 0:
+            return hint_nodes
+        available, reusable = policy.available(state), policy.reusable(state, pod)
+        if self.options.topology_manager_scope == "pod":
+            held = [(pod.guaranteed_cpus(c.name), state.get(pod.uid, c.name)) for c in pod.all_containers()]
+            cpu_hints = pod_hints(self.topology, policy.options, available, pod.guaranteed_pod_cpus(),
+                                  reusable=reusable, assigned=[(r, cpus) for r, cpus in held if cpus is not None])
+        else:
+            cpu_hints = container_hints(self.topology, policy.options, available, pod.guaranteed_cpus(container),
+                                        reusable=reusable)
+        providers: List[Optional[Mapping[str, Optional[Sequence[TopologyHint]]]]] = [{"cpu": cpu_hints}]
+        if hint_nodes:
+            providers.append({"device": [TopologyHint(tuple(sorted(hint_nodes)), True)]})
+        merged = self.admission.merge(providers)
+        if not merged.admit:
+            raise TopologyAffinityError("topology manager policy %s, scope %s, CPU hints %s"
+                                        % (self.admission.policy, self.options.topology_manager_scope,
+                                           "none" if cpu_hints is None else
+                                           ", ".join("%s%s" % (list(h.affinity or ()), "" if h.preferred else "?")
+                                                     for h in cpu_hints) or "empty"))
+        return merged.nodes
+
     # --- without a runtime (bin/kubecpu allocate / release) -------------------------------------------------
     def allocate_pod(self, pod: Pod, container: str, numa_affinity: Optional[Sequence[int]] = None,
                      apply: bool = True) -> Plan:
         pod.container(container)
         with self._locked_state() as (state, plan):
-            result = self.policy.allocate(state, pod, container, numa_affinity, **self._allocate_kwargs())
+            affinity = self._admit(state, pod, container, numa_affinity)
+            result = self.policy.allocate(state, pod, container, affinity, **self._allocate_kwargs())
             plan.result = {"cpus": str(result.cpus), "exclusive": result.exclusive}
             if result.exclusive and plan.before.get(pod.uid, container) is None:
                 plan.actions.append(Action("allocate", "", "%s/%s" % (pod.namespace, pod.name), pod.uid, container,
@@ -401,7 +444,8 @@ class NodeManager:
                 override = (uid, name, cpus) if cpus is not None else None
                 model = build_views(pairs, override)[uid].model
             had = state.get(uid, name)
-            result = self.policy.allocate(state, model, name, numa_affinity, **self._allocate_kwargs())
+            affinity = self._admit(state, model, name, numa_affinity)
+            result = self.policy.allocate(state, model, name, affinity, **self._allocate_kwargs())
             plan.result = {"cpus": str(result.cpus), "exclusive": result.exclusive, "pod_uid": uid,
                            "container": name, "container_id": target.id if target else ""}
             if result.exclusive and had is None:
@@ -450,7 +494,8 @@ class NodeManager:
                 if view.model.guaranteed_cpus(listed.name) == 0:
                     continue
                 try:
-                    result = self.policy.allocate(state, view.model, listed.name, None, **self._allocate_kwargs())
+                    affinity = self._admit(state, view.model, listed.name, None)
+                    result = self.policy.allocate(state, view.model, listed.name, affinity, **self._allocate_kwargs())
                 except AllocationError as exc:
                     plan.error(listed, "cannot allocate %d exclusive CPUs for container %s/%s: %s; it stays in "
                                "the shared pool" % (view.model.guaranteed_cpus(listed.name), listed.pod_ref,

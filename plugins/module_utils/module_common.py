@@ -19,6 +19,8 @@ from .errors import CPUSetError, KubecpuError, OptionError, TopologyError
 from .manager import ISOLATED_MODES, QUOTA_MODES, ManagerOptions
 from .node import RUNTIMES, NodeConfig
 from .options import option_strings
+from .topology_manager import POLICIES as TM_POLICIES
+from .topology_manager import SCOPES as TM_SCOPES
 from .policy import POLICY_NAMES
 from .state_store import DEFAULT_PATH, KUBELET_PATH
 
@@ -40,6 +42,9 @@ STATE_ARGS: Dict[str, Dict[str, Any]] = {
     "isolated_cpus": {"type": "str", "choices": list(ISOLATED_MODES), "default": "ignore"},
     "align_memory": {"type": "bool", "default": False},
     "cpu_quota": {"type": "str", "choices": list(QUOTA_MODES), "default": "keep"},
+    "topology_manager_policy": {"type": "str", "choices": list(TM_POLICIES), "default": "none"},
+    "topology_manager_scope": {"type": "str", "choices": list(TM_SCOPES), "default": "container"},
+    "topology_manager_policy_options": {"type": "dict", "default": {}},
 }
 _PCI = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
@@ -66,7 +71,10 @@ def node_config(params: Dict[str, Any], read_only: bool = False) -> NodeConfig:
         runtime_endpoint=params.get("runtime_endpoint"), crictl_path=params["crictl_path"],
         runtime_timeout=timeout, cgroup_root=params["cgroup_root"],
         kubelet_state_path=params["kubelet_state_path"], force=params["force"],
-        options=ManagerOptions(params["isolated_cpus"], params["align_memory"], params["cpu_quota"]))
+        options=ManagerOptions(
+            params["isolated_cpus"], params["align_memory"], params["cpu_quota"],
+            params.get("topology_manager_policy") or "none", params.get("topology_manager_scope") or "container",
+            option_map(params.get("topology_manager_policy_options"), "topology_manager_policy_options")))
 
 
 def option_map(raw: Any, what: str) -> Dict[str, str]:

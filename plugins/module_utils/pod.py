@@ -93,6 +93,19 @@ class Pod(NamedTuple):
             return 0
         return integral_cpus(item.cpu_request)
 
+    def guaranteed_pod_cpus(self) -> int:
+        """podGuaranteedCPUs: what the pod needs at its peak, the larger of its long-running containers (apps and
+        sidecars) and the largest init container started after the sidecars before it."""
+        by_init = by_sidecars = 0
+        for item in self.init_containers:
+            cpus = self.guaranteed_cpus(item.name)
+            if item.restartable_init:
+                by_sidecars += cpus
+            elif by_sidecars + cpus > by_init:
+                by_init = by_sidecars + cpus
+        long_running = sum(self.guaranteed_cpus(item.name) for item in self.containers) + by_sidecars
+        return max(by_init, long_running)
+
     @classmethod
     def from_dict(cls, doc: Any, where: str = "pod") -> Pod:
         if not isinstance(doc, dict):

@@ -56,7 +56,8 @@ class Topology:
     """
 
     def __init__(self, cpus: Sequence[CPUInfo], isolated: CPUSet = EMPTY, nohz_full: CPUSet = EMPTY,
-                 source: str = "file", counters: Optional[Counters] = None) -> None:
+                 source: str = "file", counters: Optional[Counters] = None, *,
+                 numa_distances: Optional[Dict[int, List[int]]] = None) -> None:
         seen: Dict[int, CPUInfo] = {}
         for info in cpus:
             if info.cpu in seen:
@@ -71,6 +72,7 @@ class Topology:
         self.isolated = isolated
         self.nohz_full = nohz_full
         self.source = source
+        self.numa_distances = numa_distances  # node -> its /sys/devices/system/node/node<N>/distance row
         online = self.cpus_info
         self.loc: Dict[int, Tuple[int, int, int, int]] = {
             i.cpu: (i.core, i.socket, i.numa, i.uncore) for i in online}
@@ -177,7 +179,7 @@ class Topology:
 
     # --- JSON ----------------------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
-        return {
+        doc: Dict[str, Any] = {
             "format": FORMAT,
             "cpus": [{"cpu": i.cpu, "core": i.core, "socket": i.socket, "die": i.die, "numa": i.numa,
                       "uncore": i.uncore, "online": i.online} for i in self.all_cpus_info],
@@ -185,6 +187,9 @@ class Topology:
             "nohz_full": str(self.nohz_full),
             "source": self.source,
         }
+        if self.numa_distances is not None:
+            doc["numa_distances"] = {str(node): list(row) for node, row in sorted(self.numa_distances.items())}
+        return doc
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
@@ -205,8 +210,9 @@ class Topology:
         source = doc.get("source", "file")
         if source not in SOURCES:
             raise TopologyError('%s: unknown "source" %r (expected one of %s)' % (where, source, ", ".join(SOURCES)))
+        distances = _distances_field(doc, where)
         try:
-            return cls(cpus, isolated=isolated, nohz_full=nohz_full, source=source)
+            return cls(cpus, isolated=isolated, nohz_full=nohz_full, source=source, numa_distances=distances)
         except TopologyError as exc:
             raise TopologyError("%s: %s" % (where, exc)) from None
 
@@ -230,6 +236,22 @@ class Topology:
     def save(self, path: str) -> None:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(self.to_json())
+
+
+def _distances_field(doc: Mapping[str, Any], where: str) -> Optional[Dict[int, List[int]]]:
+    raw = doc.get("numa_distances")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise TopologyError('%s: "numa_distances" must be an object of NUMA node id -> distance row' % where)
+    rows: Dict[int, List[int]] = {}
+    for key, row in raw.items():
+        if not str(key).isdigit() or not isinstance(row, list) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in row):
+            raise TopologyError('%s: "numa_distances" of node %r must be a list of non-negative integers'
+                                % (where, key))
+        rows[int(key)] = row
+    return rows
 
 
 def _int_field(entry: Mapping[str, Any], key: str, where: str, default: Optional[int] = None) -> int:

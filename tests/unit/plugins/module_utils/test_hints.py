@@ -178,3 +178,51 @@ def test_hints_on_a_generated_machine_respect_reusable():
         os.unlink(path)
     assert code == 0 and json.loads(out) == {"hints": [{"numa_affinity": [1], "preferred": True},
                                                        {"numa_affinity": [0, 1], "preferred": False}]}
+
+
+# --- admission in allocation (bin/kubecpu allocate with a Topology Manager policy) ------------------------------
+def _allocate(tmp_path, pod, container, *extra):
+    topo = tmp_path / "topology.json"
+    if not topo.exists():  # 2 NUMA nodes (one per socket) of 4 single-thread CPUs
+        topo.write_text(json.dumps({"format": "kubecpu.topology/v1", "cpus": [
+            {"cpu": c, "core": c, "socket": c // 4, "numa": c // 4, "uncore": c // 4} for c in range(8)]}))
+    pod_file = tmp_path / ("%s.json" % pod["uid"])
+    pod_file.write_text(json.dumps(pod))
+    return run(["allocate", "--topology", str(topo), "--state", str(tmp_path / "state"), "--num-reserved", "1",
+                "--pod", str(pod_file), "--container", container, *extra])
+
+
+def _pod(uid, cpus):
+    return {"uid": uid, "name": uid, "namespace": "ns", "containers": [
+        {"name": "app", "cpu_request": str(cpus), "cpu_limit": str(cpus), "memory_request": "1Gi",
+         "memory_limit": "1Gi"}]}
+
+
+@pytest.mark.parametrize("policy,admitted", [("none", True), ("best-effort", True), ("restricted", True),
+                                             ("single-numa-node", False)])
+def test_admission_of_a_request_wider_than_a_numa_node(tmp_path, policy, admitted):
+    """5 CPUs on a machine of two 4-CPU nodes: the narrowest hint is [0,1] (preferred, as no single node could
+    hold it), which single-numa-node alone refuses, with the kubelet's text, recording nothing."""
+    code, out, err = _allocate(tmp_path, _pod("wide", 5), "app", "--topology-manager-policy", policy)
+    if admitted:
+        assert code == 0 and json.loads(out)["exclusive"]
+        return
+    assert code == 1 and "Resources cannot be allocated with Topology locality" in err
+    assert not (tmp_path / "state").exists() or '"wide"' not in (tmp_path / "state").read_text()
+
+
+def test_best_effort_allocates_inside_the_merged_affinity(tmp_path):
+    """Node 0 has 3 free CPUs (CPU 0 reserved), node 1 has 4: a 4-CPU request fits only node 1, where the merged
+    hint puts it; a device on node 0 (--numa-affinity) under restricted makes it wait for a common node."""
+    code, out, _err = _allocate(tmp_path, _pod("four", 4), "app", "--topology-manager-policy", "best-effort")
+    assert code == 0 and json.loads(out)["cpus"] == "4-7"
+    code, out, err = _allocate(tmp_path, _pod("two", 2), "app", "--topology-manager-policy", "restricted",
+                               "--numa-affinity", "0")
+    assert code == 0 and json.loads(out)["cpus"] == "1-2"
+
+
+def test_restricted_refuses_when_the_device_node_cannot_hold_the_cpus(tmp_path):
+    _allocate(tmp_path, _pod("four", 4), "app")  # takes node 1 (4-7)
+    code, _out, err = _allocate(tmp_path, _pod("three", 3), "app", "--topology-manager-policy", "restricted",
+                                "--numa-affinity", "1")
+    assert code == 1 and "Resources cannot be allocated with Topology locality" in err

@@ -13,7 +13,7 @@ import pytest
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cgroups import CgroupFS
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (RuntimeUnavailableError,
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (KubecpuError, RuntimeUnavailableError,
                                                                                  SafetyError)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.manager import (ContainerCache, ManagerOptions,
                                                                                   NodeManager, check_kubelet_policy,
@@ -230,3 +230,25 @@ def test_qos_comes_from_the_pod_sandbox_when_the_container_status_has_no_cgroup(
     assert actions(plan, "allocate") == [("allocate", "app", "4")]
     assert plan.runtime_calls == {"list": 1, "inspect": 1, "inspect_pod": 1, "update": 1}
     assert manager.reconcile().runtime_calls == {"list": 1}  # learned once
+
+
+def test_topology_manager_refusal_is_reported_and_the_pass_goes_on(tmp_path):
+    """single-numa-node: a 5-CPU container cannot sit on one 4-CPU NUMA node; it keeps the shared pool, nothing
+    is recorded for it, and the next container is still pinned (inside one NUMA node)."""
+    manager, rt = node(tmp_path, options=ManagerOptions(topology_manager_policy="single-numa-node"))
+    wide = rt.add("pod-wide", "app", "Guaranteed", 5000)
+    small = rt.add("pod-small", "app", "Guaranteed", 2000)
+    plan = manager.reconcile()
+    assert [e["kind"] for e in plan.errors] == ["allocation"]
+    assert "Resources cannot be allocated with Topology locality" in plan.errors[0]["error"]
+    assert actions(plan, "allocate") == [("allocate", "app", "1,5")]
+    assert manager.store.load().get("pod-wide", "app") is None
+    assert rt.read(wide) == "0,2-4,6-7" and rt.read(small) == "1,5"
+
+
+def test_topology_manager_settings_are_checked(tmp_path):
+    with pytest.raises(KubecpuError, match='unknown Topology Manager Policy option: "bogus"'):
+        node(tmp_path, options=ManagerOptions(topology_manager_policy="restricted",
+                                              topology_manager_options={"bogus": "1"}))
+    with pytest.raises(KubecpuError, match="topology_manager_scope must be one of container, pod"):
+        node(tmp_path, options=ManagerOptions(topology_manager_scope="node"))

@@ -159,3 +159,18 @@ def test_topology_facts(node, capsys):
     assert facts["summary"]["cpus"] == 4 and facts["numa_cpus"] == {"0": "0-3"}
     bad = run(cpu_topology_facts, {"sysfs_root": "/nonexistent-root", "topology_path": "/nonexistent.json"}, capsys)
     assert bad["failed"] and "nonexistent.json" in bad["msg"]
+
+
+@pytest.mark.parametrize("extra,outcome", [
+    ({"topology_manager_policy": "single-numa-node"}, "1-2"),  # one NUMA node: the 2 CPUs fit it
+    ({"topology_manager_policy": "restricted", "topology_manager_policy_options": {"max-allowable-numa-nodes": "4"}},
+     'the minimum value of "max-allowable-numa-nodes" should not be less than 8'),
+    ({"topology_manager_policy": "best-effort", "topology_manager_policy_options": {"bogus": True}},
+     'unknown Topology Manager Policy option: "bogus"'),
+])
+def test_reconcile_with_a_topology_manager_policy(node, tmp_path, capsys, extra, outcome):
+    result = run(cpu_manager_reconcile, dict(common(node, tmp_path), **extra), capsys)
+    if result["rc"]:
+        assert outcome in result["msg"] and not (tmp_path / "state").exists()
+    else:
+        assert cgroup_cpus(node, node["prod/web/main"]) == outcome
