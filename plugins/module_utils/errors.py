@@ -54,9 +54,10 @@ class AllocationError(KubecpuError):
 class TopologyAffinityError(AllocationError):
     """The Topology Manager does not admit the container (the kubelet's TopologyAffinityError)."""
 
+    TEXT = "Resources cannot be allocated with Topology locality"
+
     def __init__(self, detail: str = "") -> None:
-        text = "Resources cannot be allocated with Topology locality"
-        super().__init__("%s (%s)" % (text, detail) if detail else text)
+        super().__init__("%s (%s)" % (self.TEXT, detail) if detail else self.TEXT)
 
 
 class SMTAlignmentError(AllocationError):

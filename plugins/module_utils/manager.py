@@ -271,9 +271,9 @@ class NodeManager:
         self.options = options
         if options.topology_manager_scope not in SCOPES:
             raise PodSpecError("topology_manager_scope must be one of %s" % ", ".join(SCOPES))
-        self.admission: Optional[TopologyManager] = None
+        self.topology_manager: Optional[TopologyManager] = None
         if options.topology_manager_policy != "none":
-            self.admission = TopologyManager(options.topology_manager_policy, sorted(topology.numa_cpus),
+            self.topology_manager = TopologyManager(options.topology_manager_policy, sorted(topology.numa_cpus),
                                              options.topology_manager_options, topology.numa_distances)
         self.pushed: Dict[str, CPUSet] = {}  # container ID -> cpuset last pushed (when cgroupfs cannot be read)
 
@@ -320,7 +320,7 @@ class NodeManager:
         preferred hint for ``hint_nodes``, a device's NUMA node) merged under the policy. Returns the NUMA
         affinity to allocate in; raises TopologyAffinityError when the policy does not admit it. Without a policy
         ``hint_nodes`` stays a plain NUMA preference, as before."""
-        if self.admission is None or not isinstance(self.policy, StaticPolicy):
+        if self.topology_manager is None or not isinstance(self.policy, StaticPolicy):
             return hint_nodes
         policy = self.policy
         if state.get(pod.uid, container) is not None or pod.guaranteed_cpus(container) == 0:
@@ -336,10 +336,10 @@ class NodeManager:
         providers: List[Optional[Mapping[str, Optional[Sequence[TopologyHint]]]]] = [{"cpu": cpu_hints}]
         if hint_nodes:
             providers.append({"device": [TopologyHint(tuple(sorted(hint_nodes)), True)]})
-        merged = self.admission.merge(providers)
+        merged = self.topology_manager.merge(providers)
         if not merged.admit:
             raise TopologyAffinityError("topology manager policy %s, scope %s, CPU hints %s"
-                                        % (self.admission.policy, self.options.topology_manager_scope,
+                                        % (self.topology_manager.policy, self.options.topology_manager_scope,
                                            "none" if cpu_hints is None else
                                            ", ".join("%s%s" % (list(h.affinity or ()), "" if h.preferred else "?")
                                                      for h in cpu_hints) or "empty"))
@@ -421,6 +421,35 @@ class NodeManager:
                 self._allocate_running(plan, state, views)
             self._finish(plan, state, pairs, apply)
         return plan
+
+    def admission(self) -> Dict[str, Any]:
+        """What if every running container were admitted afresh under this manager's Topology Manager policy (as
+        the kubelet re-admits them after its checkpoint is removed): per running Guaranteed container with an
+        integer request, admitted or rejected, and where its CPUs would land. Reads the runtime; changes nothing."""
+        listing = Plan(CPUState(self.policy.name))
+        views = build_views(self.observe(listing))
+        fresh = CPUState(self.policy.name)
+        self.policy.start(fresh)
+        simulated = Plan(fresh.copy())
+        if isinstance(self.policy, StaticPolicy):
+            self._allocate_running(simulated, fresh, views)
+        rows: List[Dict[str, Any]] = []
+        for action in simulated.actions:
+            cpus = CPUSet.parse(action.cpus)
+            rows.append({"pod": action.pod, "pod_uid": action.pod_uid, "container": action.container,
+                         "container_id": action.container_id, "admitted": True, "cpus": action.cpus,
+                         "numa_nodes": sorted({self.topology.loc[c][2] for c in cpus if c in self.topology.loc}),
+                         "reason": None})
+        for error in simulated.errors:
+            rows.append({"pod": error.get("pod"), "pod_uid": None, "container": error.get("container"),
+                         "container_id": error.get("container_id"), "admitted": False, "cpus": None,
+                         "numa_nodes": [], "reason": error["error"],
+                         "topology": TopologyAffinityError.TEXT in error["error"]})
+        rows.sort(key=lambda r: (r["pod"] or "", r["container"] or ""))
+        return {"topology_manager_policy": self.options.topology_manager_policy,
+                "topology_manager_scope": self.options.topology_manager_scope, "containers": rows,
+                "admitted": sum(1 for r in rows if r["admitted"]),
+                "rejected": sum(1 for r in rows if not r["admitted"]), "skipped": listing.skipped}
 
     def allocate_container(self, container_id: Optional[str] = None, pod_uid: Optional[str] = None, *,
                            container: Optional[str] = None, cpus: Optional[int] = None,

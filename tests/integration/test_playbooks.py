@@ -109,3 +109,13 @@ def test_report_page_in_a_real_browser(local_fleet, tmp_path):
         assert len(page.eval_on_selector_all(".node:not(.hidden)", "els => els")) == 6
         browser.close()
     assert (report / "screenshot.png").stat().st_size > 10000
+
+
+def test_plan_answers_what_a_topology_manager_policy_would_admit(local_fleet, tmp_path):
+    run_playbook("plan.yml", os.path.join(local_fleet, "inventory.yml"),
+                 {"kubecpu_plan_file": str(tmp_path / "plan.json"), "kubecpu_plan_topology_manager_policy": "restricted",
+                  "kubecpu_hosts": "node002-agent"})
+    (plan,) = json.load(open(tmp_path / "plan.json"))
+    assert plan["admission"]["policy"] == "restricted" and plan["admission"]["error"] is None
+    assert [(c["pod"], c["container"], c["admitted"], c["numa_nodes"]) for c in plan["admission"]["containers"]] == [
+        ("prod/web", "main", True, [0])]

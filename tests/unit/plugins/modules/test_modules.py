@@ -12,7 +12,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
-    cpu_manager_allocate, cpu_manager_info, cpu_manager_reconcile, cpu_topology_facts)
+    cpu_manager_admission, cpu_manager_allocate, cpu_manager_info, cpu_manager_reconcile, cpu_topology_facts)
 
 from fake_crictl import calls, cgroup_cpus, make_node
 
@@ -174,3 +174,27 @@ def test_reconcile_with_a_topology_manager_policy(node, tmp_path, capsys, extra,
         assert outcome in result["msg"] and not (tmp_path / "state").exists()
     else:
         assert cgroup_cpus(node, node["prod/web/main"]) == outcome
+
+
+@pytest.mark.parametrize("policy,admitted", [("none", True), ("single-numa-node", True)])
+def test_admission_answers_without_changing_anything(node, tmp_path, capsys, policy, admitted):
+    args = dict(common(node, tmp_path), topology_manager_policy=policy)
+    result = run(cpu_manager_admission, args, capsys, check_mode=True)
+    assert result["rc"] == 0 and not result["changed"]
+    assert [(r["pod"], r["container"], r["admitted"], r["cpus"], r["numa_nodes"]) for r in result["containers"]] == [
+        ("prod/web", "main", admitted, "1-2", [0])]
+    assert result["admitted"] == 1 and result["rejected"] == 0
+    assert not (tmp_path / "state").exists() and updates(node) == []
+
+
+@pytest.mark.parametrize("policy,topology_refusal", [("restricted", True), ("none", False)])
+def test_admission_reports_a_rejection(node, tmp_path, capsys, policy, topology_refusal):
+    """Three reserved CPUs leave one: the web pod's 2 CPUs have no hint at all, which restricted refuses at
+    admission (the kubelet's TopologyAffinityError); without a policy the allocation itself fails."""
+    args = dict(common(node, tmp_path), topology_manager_policy=policy, reserved_cpus="0-2", num_reserved=3)
+    result = run(cpu_manager_admission, args, capsys)
+    assert result["rc"] == 0 and result["admitted"] == 0 and result["rejected"] == 1
+    row = result["containers"][0]
+    assert (row["pod"], row["container"], row["admitted"], row["topology"]) == ("prod/web", "main", False,
+                                                                               topology_refusal)
+    assert ("Resources cannot be allocated with Topology locality" in row["reason"]) == topology_refusal
