@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.discovery import (
-    LSCPU_ARGV, discover, parse_cpuinfo, parse_lscpu)
+    LSCPU_ARGV, discover, discover_sysfs, parse_cpuinfo, parse_lscpu)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import TopologyError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology import Topology
 
@@ -165,3 +166,28 @@ def test_bad_topology_documents(doc, message):
 def test_missing_uncore_means_socket():
     topo = Topology.from_json(json.dumps({"cpus": [{"cpu": 0, "core": 0, "socket": 3}]}))
     assert topo.loc[0] == (0, 3, 0, 3)
+
+
+def test_numa_distances_come_from_the_node_directories(tmp_path):
+    root = build(str(tmp_path), machine(2, 2, 1))
+    for node, row in ((0, "10 21"), (1, "21 10")):
+        with open(os.path.join(root, "sys/devices/system/node/node%d/distance" % node), "w", encoding="utf-8") as fh:
+            fh.write(row + "\n")
+    topo = discover_sysfs(root)
+    assert topo.numa_distances == {0: [10, 21], 1: [21, 10]}
+    doc = topo.to_dict()
+    assert doc["numa_distances"] == {"0": [10, 21], "1": [21, 10]}  # TOPOLOGY.md: node id (string) -> row
+    assert Topology.from_dict(doc).numa_distances == {0: [10, 21], 1: [21, 10]}
+
+
+def test_numa_distances_absent_without_distance_files(tmp_path):
+    topo = discover_sysfs(build(str(tmp_path), machine(1, 2, 1)))
+    assert topo.numa_distances is None and "numa_distances" not in topo.to_dict()
+
+
+@pytest.mark.parametrize("value", [[], {"0": "10 21"}, {"x": [10]}, {"0": [10, -1]}, {"0": [True]}])
+def test_bad_numa_distances_in_a_topology_file(value):
+    doc = {"format": "kubecpu.topology/v1", "cpus": [{"cpu": 0, "core": 0, "socket": 0, "numa": 0}],
+           "numa_distances": value}
+    with pytest.raises(TopologyError, match="numa_distances"):
+        Topology.from_dict(doc)
