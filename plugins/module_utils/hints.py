@@ -8,6 +8,7 @@ no preference, a request of 0) and ``[]`` (nothing can satisfy the request) are 
 
 from __future__ import annotations
 
+import weakref
 from itertools import combinations
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -50,6 +51,17 @@ class _Machine:
         self.masks = list(iterate_masks(self.nodes))
 
 
+_MACHINES: weakref.WeakKeyDictionary[Topology, _Machine] = weakref.WeakKeyDictionary()
+
+
+def _machine_for(topo: Topology) -> _Machine:
+    """The per-node counts, built once per topology (the agent asks for hints on every admission)."""
+    machine = _MACHINES.get(topo)
+    if machine is None:
+        machine = _MACHINES[topo] = _Machine(topo)
+    return machine
+
+
 def generate(topo: Topology, available: CPUSet, reusable: CPUSet, count: int, *,
              align_by_socket: bool = False, machine: Optional[_Machine] = None) -> List[TopologyHint]:
     """generateCPUTopologyHints: every NUMA combination the request fits in, preferred when it is one of the
@@ -57,7 +69,7 @@ def generate(topo: Topology, available: CPUSet, reusable: CPUSet, count: int, *,
 
     Counts per node replace the kubelet's set operations: the same answers, without building a set per mask.
     """
-    info = machine or _Machine(topo)
+    info = machine or _machine_for(topo)
     free = {node: len(available.intersection(info.cpus[node])) for node in info.nodes}
     reusable_nodes = {info.node_of.get(cpu, -1) for cpu in reusable}
     min_affinity = len(info.nodes)
