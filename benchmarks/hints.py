@@ -17,9 +17,9 @@ import argparse
 import itertools
 import random
 
-from _common import percentiles, timed
+from functools import partial
 
-MS = 1000.0
+from _common import percentiles, timed
 from generated import generated
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
@@ -28,6 +28,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.hints import (
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.options import PolicyOptions
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology_manager import (
     POLICIES, Candidate, TopologyManager, _filter_providers, mask_of)
+
+MS = 1000.0
 
 
 def naive_hints(topo, available, count):
@@ -57,7 +59,7 @@ def naive_merge(manager, providers):
                 preferred = preferred and (first is None or first == mask)
                 first = mask if first is None else first
             preferred = preferred and hint.preferred
-        if manager._compare(best, Candidate(merged, preferred), best_count):  # noqa: SLF001
+        if manager._compare(best, Candidate(merged, preferred), best_count):
             best = Candidate(merged, preferred)
     return best
 
@@ -78,8 +80,8 @@ def main() -> int:
     print("   %-11s %5s %9s %9s %14s %7s" % ("free set", "CPUs", "p50 ms", "p99 ms", "baseline p50", "ratio"))
     for label, free in free_sets.items():
         for count in (1, 8, 32, 96):
-            ours = [timed(lambda: container_hints(topo, PolicyOptions(), free, count)) for _run in range(runs)]
-            base = [timed(lambda: naive_hints(topo, free, count)) for _run in range(max(runs // 4, 3))]
+            ours = [timed(partial(container_hints, topo, PolicyOptions(), free, count)) for _run in range(runs)]
+            base = [timed(partial(naive_hints, topo, free, count)) for _run in range(max(runs // 4, 3))]
             assert generate(topo, free, CPUSet(), count, machine=machine) == naive_hints(topo, free, count)
             p50, p99 = (v * MS for v in percentiles(ours))
             b50 = percentiles(base)[0] * MS
@@ -95,8 +97,8 @@ def main() -> int:
     for policy in POLICIES:
         manager = TopologyManager(policy, nodes)
         result = manager.merge(providers)
-        ours = [timed(lambda: manager.merge(providers)) for _run in range(merge_runs)]
-        base = [timed(lambda: naive_merge(manager, providers)) for _run in range(1 if args.quick else 3)]
+        ours = [timed(partial(manager.merge, providers)) for _run in range(merge_runs)]
+        base = [timed(partial(naive_merge, manager, providers)) for _run in range(1 if args.quick else 3)]
         if policy in ("best-effort", "restricted"):
             expected = naive_merge(manager, providers)
             assert (expected.mask, expected.preferred) == (result.affinity, result.preferred), policy
@@ -105,7 +107,8 @@ def main() -> int:
         print("   %-17s %9.3f %9.3f %14.1f %7.4f  %s" % (policy, p50, p99, b50, p50 / b50, result.to_dict()))
         if p99 >= 100.0:
             misses.append("merge %s: p99 %.1f ms" % (policy, p99))
-    print("targets: hints p99 < 2 ms, merge p99 < 100 ms: %s" % ("met" if not misses else "MISSED " + "; ".join(misses)))
+    verdict = "met" if not misses else "MISSED " + "; ".join(misses)
+    print("targets: hints p99 < 2 ms, merge p99 < 100 ms: %s" % verdict)
     return 0
 
 
