@@ -76,6 +76,8 @@ def main() -> int:
                  "fragmented": CPUSet(c for c in topo.all_cpus if rng.random() < 0.5)}
     machine = _Machine(topo)
     misses = []
+    first = timed(partial(container_hints, topo, PolicyOptions(), topo.all_cpus, 1)) * MS
+    print("0. first hints on this topology (builds its per-node table, once per topology): %.3f ms" % first)
     print("1. hints (GetTopologyHints) on 256 CPUs, 8 NUMA nodes, %d runs each" % runs)
     print("   %-11s %5s %9s %9s %14s %7s" % ("free set", "CPUs", "p50 ms", "p99 ms", "baseline p50", "ratio"))
     for label, free in free_sets.items():
