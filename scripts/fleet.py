@@ -17,6 +17,7 @@ kubelet and 1 for the agent):
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -26,7 +27,7 @@ from typing import Any, Dict, List
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "unit")]
 
-import conftest  # noqa: E402,F401  # makes ansible_collections.kubecpu.cpu_manager importable
+importlib.import_module("conftest")  # makes ansible_collections.kubecpu.cpu_manager importable
 import fake_crictl  # noqa: E402
 import fake_sysfs  # noqa: E402
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode  # noqa: E402

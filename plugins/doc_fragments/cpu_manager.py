@@ -109,8 +109,9 @@ options:
   topology_manager_policy:
     description:
       - The Topology Manager policy applied before exclusive CPUs are chosen, as the kubelet applies it. V(none)
-        (the default) keeps the CPU manager's own choice. With a policy the CPU hints (and a preferred hint for
-        O(numa_affinity) or O(near_device) where the module has them) are merged; the CPUs are taken inside the
+        (the default) keeps the CPU manager's own choice. With a policy the CPU hints (and, in
+        M(kubecpu.cpu_manager.cpu_manager_allocate), a preferred hint for its C(numa_affinity) or C(near_device))
+        are merged; the CPUs are taken inside the
         merged NUMA affinity, and a container the policy does not admit gets the kubelet's error
         C(Resources cannot be allocated with Topology locality), stays in the shared pool and nothing is recorded.
     type: str

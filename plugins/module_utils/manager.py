@@ -274,7 +274,7 @@ class NodeManager:
         self.topology_manager: Optional[TopologyManager] = None
         if options.topology_manager_policy != "none":
             self.topology_manager = TopologyManager(options.topology_manager_policy, sorted(topology.numa_cpus),
-                                             options.topology_manager_options, topology.numa_distances)
+                                                    options.topology_manager_options, topology.numa_distances)
         self.pushed: Dict[str, CPUSet] = {}  # container ID -> cpuset last pushed (when cgroupfs cannot be read)
 
     # --- state --------------------------------------------------------------------------------------------

@@ -254,8 +254,9 @@ def _hint(doc: Any, where: str) -> TopologyHint:
         raise TopologyManagerError("%s: preferred must be true or false, got %r" % (where, preferred))
     if nodes is None:
         return TopologyHint(None, preferred)
-    if not isinstance(nodes, list) or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 64
-                                               for n in nodes):
+    valid = isinstance(nodes, list) and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 64
+                                            for n in nodes)
+    if not valid:
         raise TopologyManagerError("%s: numa_affinity must be a list of NUMA node ids (0-63) or null, got %r"
                                    % (where, nodes))
     return TopologyHint(tuple(sorted(set(nodes))), preferred)

@@ -62,7 +62,7 @@ def test_plan_answers_per_node_and_changes_nothing(local_fleet, tmp_path):
 
 
 def _state_files(directory):
-    return sorted(os.path.join(d, f) for d, _, files in os.walk(directory) for f in files if f == "cpu_manager_state")
+    return sorted(os.path.join(d, f) for d, _dirs, files in os.walk(directory) for f in files if f == "cpu_manager_state")
 
 
 @pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="chromium is not installed")

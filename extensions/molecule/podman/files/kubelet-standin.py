@@ -1,5 +1,6 @@
-#!/usr/bin/python3
 """A stand-in kubelet for the Molecule podman scenario: it behaves like the real one where the roles care.
+
+Installed as /usr/local/lib/kubelet-standin.py behind a /usr/local/bin/kubelet wrapper (prepare.yml).
 
 - ``kubelet --version`` prints ``Kubernetes v<KUBELET_STANDIN_VERSION>`` (default 1.33.2).
 - Otherwise it reads ``--config`` (a KubeletConfiguration) and ``<root-dir>/cpu_manager_state`` and restores the

@@ -3,6 +3,7 @@ and a 4-CPU sysfs tree in DIR, with the paths they will have on the node (/var/l
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import sys
@@ -10,7 +11,7 @@ import sys
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "unit")]
 
-import conftest  # noqa: E402,F401  # ansible_collections.kubecpu.cpu_manager importable
+importlib.import_module("conftest")  # ansible_collections.kubecpu.cpu_manager importable
 import fake_crictl  # noqa: E402
 import fake_sysfs  # noqa: E402
 

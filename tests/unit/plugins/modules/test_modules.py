@@ -195,6 +195,6 @@ def test_admission_reports_a_rejection(node, tmp_path, capsys, policy, topology_
     result = run(cpu_manager_admission, args, capsys)
     assert result["rc"] == 0 and result["admitted"] == 0 and result["rejected"] == 1
     row = result["containers"][0]
-    assert (row["pod"], row["container"], row["admitted"], row["topology"]) == ("prod/web", "main", False,
-                                                                               topology_refusal)
+    expected = ("prod/web", "main", False, topology_refusal)
+    assert (row["pod"], row["container"], row["admitted"], row["topology"]) == expected
     assert ("Resources cannot be allocated with Topology locality" in row["reason"]) == topology_refusal
