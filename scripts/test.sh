@@ -7,6 +7,8 @@ root=$(pwd)
 bash scripts/setup.sh
 export PATH="$root/.venv/bin:$PATH"
 started=$SECONDS
+work="" installed=""
+trap 'rm -rf ${work:+"$work"} ${installed:+"$installed"}' EXIT
 
 stage() { printf '\n=== %s\n' "$*"; }
 
@@ -30,6 +32,13 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+stage "ansible-galaxy collection build, installed for the integration tests and Molecule"
+installed=$(mktemp -d "${TMPDIR:-/tmp}/kubecpu-installed.XXXXXX")
+ansible-galaxy collection build --force --output-path "$installed" . >/dev/null
+ansible-galaxy collection install --offline -p "$installed/collections" "$installed"/kubecpu-cpu_manager-*.tar.gz >/dev/null
+export KUBECPU_COLLECTIONS_PATH="$installed/collections"
+ls "$KUBECPU_COLLECTIONS_PATH/ansible_collections/kubecpu/cpu_manager/roles" "$installed"/kubecpu-cpu_manager-*.tar.gz
+
 stage "unit, property and reliability tests (pytest)"
 mkdir -p tests/output
 python -m pytest -n 2 -q --junitxml=tests/output/junit.xml tests/unit
@@ -39,12 +48,11 @@ python -m pytest -q --junitxml=tests/output/junit-integration.xml tests/integrat
 
 stage "Molecule: podman scenario (systemd nodes: both roles, rollout, idempotence, testinfra) and localhost scenario"
 bash scripts/molecule-image.sh
-(cd extensions && ANSIBLE_COLLECTIONS_PATH="$root/.cache/collections" molecule test -s podman)
-(cd extensions && ANSIBLE_COLLECTIONS_PATH="$root/.cache/collections" molecule test -s localhost)
+(cd extensions && ANSIBLE_COLLECTIONS_PATH="$KUBECPU_COLLECTIONS_PATH" molecule test -s podman)
+(cd extensions && ANSIBLE_COLLECTIONS_PATH="$KUBECPU_COLLECTIONS_PATH" molecule test -s localhost)
 
 stage "ansible-test sanity (offline, collection copied to ansible_collections/kubecpu/cpu_manager)"
 work=$(mktemp -d "${TMPDIR:-/tmp}/kubecpu-sanity.XXXXXX")
-trap 'rm -rf "$work"' EXIT
 dest="$work/ansible_collections/kubecpu/cpu_manager"
 mkdir -p "$dest"
 git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C "$dest"

@@ -34,7 +34,7 @@ from .topology_manager import (POLICIES, SCOPES, TopologyManager, TopologyManage
                                parse_policy_options, parse_providers)
 
 REFUSED = (AllocationError, StateError, CheckpointError, StoreError)
-VERSION = "0.1.0"
+VERSION = "0.3.0"
 
 
 class UsageError(KubecpuError):

@@ -12,6 +12,9 @@ PLAYBOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "modules.yml
 
 
 def collections_path():
+    """KUBECPU_COLLECTIONS_PATH (the test script installs the built tarball there), else the checkout."""
+    if os.environ.get("KUBECPU_COLLECTIONS_PATH"):
+        return os.environ["KUBECPU_COLLECTIONS_PATH"]
     parts = ROOT.split(os.sep)
     if parts[-3:-2] == ["ansible_collections"]:
         return os.sep.join(parts[:-3])
