@@ -132,3 +132,30 @@ options:
     default: {}
     version_added: 0.3.0
 """
+
+    # Where the topology comes from, for the modules that need nothing else of the node
+    # (kubecpu.cpu_manager.cpu_manager.topology).
+    TOPOLOGY = r"""
+options:
+  sysfs_root:
+    description: Discover the CPU topology from sysfs below this directory (a fake tree in tests).
+    type: path
+    default: /
+  topology_path:
+    description: Read the topology from this C(kubecpu.topology/v1) JSON file instead of discovering it.
+    type: path
+"""
+
+    # The attributes of the modules that only read (kubecpu.cpu_manager.cpu_manager.read_only).
+    READ_ONLY = r"""
+attributes:
+  check_mode:
+    support: full
+    description: Only reads.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+  idempotent:
+    support: full
+    description: Never changes anything.
+"""

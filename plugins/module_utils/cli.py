@@ -29,9 +29,9 @@ from .node import RUNTIMES, NodeConfig, build_manager, build_policy, check_cpus_
 from .policy import POLICY_NAMES, STATIC, Policy, StaticPolicy, check_numa_nodes, plan
 from .state import CPUState
 from .state_store import DEFAULT_PATH, KUBELET_PATH, StateStore
-from .topology import Topology
-from .topology_manager import (POLICIES, SCOPES, TopologyManager, TopologyManagerError, parse_distances,
-                               parse_policy_options, parse_providers)
+from .topology import Topology, parse_numa_distances
+from .topology_manager import (POLICIES, SCOPES, TopologyManager, TopologyManagerError, parse_policy_options,
+                               parse_providers)
 
 REFUSED = (AllocationError, StateError, CheckpointError, StoreError)
 VERSION = "0.3.0"
@@ -293,7 +293,8 @@ def cmd_merge(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO)
     providers = parse_providers(_read_json(args.hints, "hints file", stdin), "hints file")
     distances = None
     if args.policy != "none" and parse_policy_options(raw).prefer_closest and args.numa_distances:
-        distances = parse_distances(_read_json(args.numa_distances, "NUMA distances file", stdin))
+        distances = parse_numa_distances(_read_json(args.numa_distances, "NUMA distances file", stdin),
+                                         "NUMA distances file %s" % args.numa_distances)
     manager = TopologyManager(args.policy, sorted(args.numa_nodes), raw, distances)
     _emit(out, manager.merge(providers).to_dict())
     return 0

@@ -24,6 +24,10 @@ from .topology_manager import SCOPES as TM_SCOPES
 from .policy import POLICY_NAMES
 from .state_store import DEFAULT_PATH, KUBELET_PATH
 
+TOPOLOGY_ARGS: Dict[str, Dict[str, Any]] = {  # doc fragment kubecpu.cpu_manager.cpu_manager.topology
+    "sysfs_root": {"type": "path", "default": "/"},
+    "topology_path": {"type": "path"},
+}
 STATE_ARGS: Dict[str, Dict[str, Any]] = {
     "state_path": {"type": "path", "default": DEFAULT_PATH},
     "policy": {"type": "str", "choices": list(POLICY_NAMES), "default": "static"},
@@ -34,8 +38,7 @@ STATE_ARGS: Dict[str, Dict[str, Any]] = {
     "runtime_endpoint": {"type": "str"},
     "crictl_path": {"type": "path", "default": "crictl"},
     "runtime_timeout": {"type": "float", "default": 2.0},
-    "sysfs_root": {"type": "path", "default": "/"},
-    "topology_path": {"type": "path"},
+    **TOPOLOGY_ARGS,
     "cgroup_root": {"type": "path", "default": "/sys/fs/cgroup"},
     "kubelet_state_path": {"type": "path", "default": KUBELET_PATH},
     "force": {"type": "bool", "default": False},

@@ -240,8 +240,11 @@ class Topology:
 
 def _distances_field(doc: Mapping[str, Any], where: str) -> Optional[Dict[int, List[int]]]:
     raw = doc.get("numa_distances")
-    if raw is None:
-        return None
+    return None if raw is None else parse_numa_distances(raw, where)
+
+
+def parse_numa_distances(raw: Any, where: str = "numa_distances") -> Dict[int, List[int]]:
+    """{"0": [10, 21], "1": [21, 10]}: NUMA node id -> its distance row (indexed by node id), every value checked."""
     if not isinstance(raw, dict):
         raise TopologyError('%s: "numa_distances" must be an object of NUMA node id -> distance row' % where)
     rows: Dict[int, List[int]] = {}

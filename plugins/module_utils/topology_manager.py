@@ -285,16 +285,3 @@ def parse_providers(doc: Any, where: str = "hints") -> List[Optional[Dict[str, O
                                            % (where, index, resource))
         providers.append(parsed)
     return providers
-
-
-def parse_distances(doc: Any, where: str = "NUMA distances") -> Dict[int, List[int]]:
-    """{"0": [10, 11], "1": [11, 10]}: node id -> its distance row (indexed by node id)."""
-    if not isinstance(doc, dict):
-        raise TopologyManagerError("%s: expected a JSON object of node id -> distance row" % where)
-    rows: Dict[int, List[int]] = {}
-    for key, row in doc.items():
-        if not str(key).isdigit() or not isinstance(row, list) or not all(
-                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in row):
-            raise TopologyManagerError("%s: node %r must map to a list of non-negative distances" % (where, key))
-        rows[int(key)] = row
-    return rows

@@ -18,17 +18,8 @@ description:
   - Reads the runtime and the topology; the state file and the containers are left as they are.
 author: kubecpu developers (@kubecpu)
 extends_documentation_fragment:
+  - kubecpu.cpu_manager.cpu_manager.read_only
   - kubecpu.cpu_manager.cpu_manager
-attributes:
-  check_mode:
-    support: full
-    description: Only reads.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
-  idempotent:
-    support: full
-    description: Never changes anything.
 """
 
 EXAMPLES = r"""

@@ -17,17 +17,8 @@ description:
   - Works on the kubelet's own checkpoint too (O(state_path=/var/lib/kubelet/cpu_manager_state)).
 author: kubecpu developers (@kubecpu)
 extends_documentation_fragment:
+  - kubecpu.cpu_manager.cpu_manager.read_only
   - kubecpu.cpu_manager.cpu_manager
-attributes:
-  check_mode:
-    support: full
-    description: Only reads.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
-  idempotent:
-    support: full
-    description: Never changes anything.
 options:
   query_runtime:
     description:

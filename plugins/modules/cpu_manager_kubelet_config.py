@@ -22,16 +22,9 @@ description:
     changed, reserved CPUs now pinned, strict reservation toggled), with the kubelet's error text.
   - Only computes; the C(kubecpu.cpu_manager.kubelet_cpu_manager) role writes the file and migrates the state.
 author: kubecpu developers (@kubecpu)
-attributes:
-  check_mode:
-    support: full
-    description: Only reads.
-  diff_mode:
-    support: none
-    description: Nothing is changed here; the role shows the file's diff when it writes it.
-  idempotent:
-    support: full
-    description: Never changes anything.
+extends_documentation_fragment:
+  - kubecpu.cpu_manager.cpu_manager.topology
+  - kubecpu.cpu_manager.cpu_manager.read_only
 options:
   config:
     description:
@@ -82,13 +75,6 @@ options:
     description: The kubelet's checkpoint file, read to decide whether the kubelet would reject it.
     type: path
     default: /var/lib/kubelet/cpu_manager_state
-  sysfs_root:
-    description: Discover the topology from sysfs below this directory (a fake tree in tests).
-    type: path
-    default: /
-  topology_path:
-    description: Read a C(kubecpu.topology/v1) JSON file instead of discovering.
-    type: path
 """
 
 EXAMPLES = r"""
@@ -185,7 +171,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import CPUSetError, StoreError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet_config import (
     TOPOLOGY_POLICIES, TOPOLOGY_SCOPES, ConfigError, Desired, plan_change)
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import run_module
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import TOPOLOGY_ARGS, run_module
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import NodeConfig, load_topology
 
 
@@ -235,8 +221,7 @@ def main() -> None:
             "topology_manager_scope": {"type": "str", "choices": list(TOPOLOGY_SCOPES)},
             "topology_manager_policy_options": {"type": "dict"},
             "state_path": {"type": "path", "default": "/var/lib/kubelet/cpu_manager_state"},
-            "sysfs_root": {"type": "path", "default": "/"},
-            "topology_path": {"type": "path"},
+            **TOPOLOGY_ARGS,
         },
         supports_check_mode=True,
     )

@@ -16,16 +16,9 @@ description:
   - Only computes a plan; nothing on the node changes. The C(kubecpu.cpu_manager.kubelet_cpu_manager) role
     uses the same planner for C(kubelet_cpu_manager_num_reserved).
 author: kubecpu developers (@kubecpu)
-attributes:
-  check_mode:
-    support: full
-    description: Only reads the topology.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
-  idempotent:
-    support: full
-    description: Never changes anything.
+extends_documentation_fragment:
+  - kubecpu.cpu_manager.cpu_manager.topology
+  - kubecpu.cpu_manager.cpu_manager.read_only
 options:
   count:
     description:
@@ -53,13 +46,6 @@ options:
         C(align-by-socket) and the others, kubelet names to values).
     type: dict
     default: {}
-  sysfs_root:
-    description: Discover the topology from sysfs below this directory (a fake tree in tests).
-    type: path
-    default: /
-  topology_path:
-    description: Read a C(kubecpu.topology/v1) JSON file instead of discovering.
-    type: path
 """
 
 EXAMPLES = r"""
@@ -117,7 +103,8 @@ notes:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import OptionError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import option_map, run_module
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (
+    TOPOLOGY_ARGS, option_map, run_module)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import NodeConfig, load_topology
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.options import parse_options
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.reservation import plan_reservation
@@ -144,8 +131,7 @@ def main() -> None:
             "isolcpus_complement": {"type": "bool", "default": False},
             "whole_cores": {"type": "bool", "default": True},
             "policy_options": {"type": "dict", "default": {}},
-            "sysfs_root": {"type": "path", "default": "/"},
-            "topology_path": {"type": "path"},
+            **TOPOLOGY_ARGS,
         },
         mutually_exclusive=[("count", "per_numa")],
         supports_check_mode=True,

@@ -14,27 +14,13 @@ description:
     C(/proc/cpuinfo)) and returns it in C(ansible_facts.kubecpu_topology), in the C(kubecpu.topology/v1)
     format shared by C(bin/kubecpu topology) and the test fixtures.
 author: kubecpu developers (@kubecpu)
+extends_documentation_fragment:
+  - kubecpu.cpu_manager.cpu_manager.topology
+  - kubecpu.cpu_manager.cpu_manager.read_only
 attributes:
-  check_mode:
-    support: full
-    description: Only reads.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
-  idempotent:
-    support: full
-    description: Never changes anything.
   facts:
     support: full
     description: Sets C(ansible_facts.kubecpu_topology).
-options:
-  sysfs_root:
-    description: Discover from sysfs below this directory (a fake tree in tests).
-    type: path
-    default: /
-  topology_path:
-    description: Read a C(kubecpu.topology/v1) JSON file instead of discovering.
-    type: path
 """
 
 EXAMPLES = r"""
@@ -64,7 +50,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import run_module
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import TOPOLOGY_ARGS, run_module
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import NodeConfig, load_topology
 
 
@@ -78,8 +64,7 @@ def facts(module: AnsibleModule) -> dict:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec={"sysfs_root": {"type": "path", "default": "/"},
-                                          "topology_path": {"type": "path"}}, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(TOPOLOGY_ARGS), supports_check_mode=True)
     run_module(module, facts)
 
 

@@ -153,8 +153,8 @@ def role_spec(role):
 @given(role=st.sampled_from(["kubelet_cpu_manager", "cpu_manager_agent"]), data=st.data())
 def test_role_argument_specs_refuse_bad_values_clearly(role, data):
     spec = role_spec(role)
-    params = {name: data.draw(bad_value) for name in data.draw(st.lists(st.sampled_from(sorted(spec)), min_size=1,
-                                                                         max_size=4, unique=True))}
+    names = data.draw(st.lists(st.sampled_from(sorted(spec)), min_size=1, max_size=4, unique=True))
+    params = {name: data.draw(bad_value) for name in names}
     result = ArgumentSpecValidator(spec).validate(params)
     for error in result.error_messages:
         assert isinstance(error, str) and error  # a message per bad value, no exception
