@@ -126,8 +126,9 @@ class StateStore:
         if self.read_bytes() == data:
             return False
         self._ensure_directory()
-        fd, tmp = tempfile.mkstemp(prefix=".%s.tmp-" % os.path.basename(self.path), dir=self.directory)
+        tmp = None
         try:
+            fd, tmp = tempfile.mkstemp(prefix=".%s.tmp-" % os.path.basename(self.path), dir=self.directory)
             with os.fdopen(fd, "wb") as handle:
                 os.fchmod(handle.fileno(), 0o600)
                 handle.write(data)
@@ -137,8 +138,9 @@ class StateStore:
             os.replace(tmp, self.path)
             _fsync_dir(self.directory)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
             raise StoreError("cannot write state file %s: %s" % (self.path, exc.strerror or exc)) from None
         return True
 
