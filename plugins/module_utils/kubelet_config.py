@@ -10,17 +10,20 @@ first problem in a fixed order is reported, so the same input always gives the s
 from __future__ import annotations
 
 import copy
+import math
 import re
+from fractions import Fraction
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from .checkpoint import RestoreFailure, decode
 from .cpuset import CPUSet
-from .errors import CPUSetError, KubecpuError, OptionError, PolicyError, StateError
+from .errors import CPUSetError, KubecpuError, OptionError, PolicyError, QuantityError, StateError
 from .options import (ALIGN_BY_SOCKET, DISTRIBUTE_CPUS_ACROSS_CORES, DISTRIBUTE_CPUS_ACROSS_NUMA, FULL_PCPUS_ONLY,
                       PREFER_ALIGN_CPUS_BY_UNCORECACHE, STRICT_CPU_RESERVATION, PolicyOptions, go_map_repr,
                       option_strings,
                       parse_bool, parse_options, validate_for_machine)
 from .policy import NONE, STATIC, new_policy, take_by_topology
+from .quantity import parse_quantity
 from .reservation import plan_reservation
 from .topology import Topology
 
@@ -107,7 +110,8 @@ def _check_existing_gates(gates: Mapping[str, Any], minor: int) -> None:
 
 
 def cpu_gates(options: Mapping[str, str], minor: int, gates: Mapping[str, Any]) -> Dict[str, bool]:
-    """Validate the static policy options for kubelet 1.<minor> and return the gates they need set to true.
+    """Check the static policy options' names against kubelet 1.<minor> and return the gates they need set to true
+    (their values and pairs are parse_options' job).
 
     Gates on by default are written only when the file turns them off; locked (GA) gates are never written.
     """
@@ -128,10 +132,6 @@ def cpu_gates(options: Mapping[str, str], minor: int, gates: Mapping[str, Any]) 
         needed[CPU_OPTIONS_GATE] = True
     if minor == 22:
         needed[CPU_OPTIONS_GATE] = True
-    try:
-        parse_options(options)
-    except OptionError as exc:
-        raise ConfigError(str(exc)) from None
     return needed
 
 
@@ -229,15 +229,6 @@ def _string_map(value: Any, what: str) -> Dict[str, str]:
         raise ConfigError(str(exc)) from None
 
 
-def _millicores(value: Any, what: str) -> int:
-    text = str(value).strip()
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)(m?)", text)
-    if not match:
-        raise ConfigError("%s: cannot read a CPU quantity from %r" % (what, value))
-    number = float(match.group(1))
-    return round(number if match.group(2) else number * 1000)
-
-
 def _reserved(topo: Topology, desired: Desired, current: Mapping[str, Any],
               options: PolicyOptions) -> Tuple[CPUSet, str, bool, List[str]]:
     """The reserved set the kubelet will use, where it comes from, and whether to write it."""
@@ -257,12 +248,15 @@ def _reserved(topo: Topology, desired: Desired, current: Mapping[str, Any],
             return CPUSet.parse(str(listed)), "config", False, []
         except CPUSetError as exc:
             raise ConfigError("the current reservedSystemCPUs: %s" % exc) from None
-    millis = 0
+    cores = Fraction(0)
     for section in ("kubeReserved", "systemReserved"):
         block = current.get(section) or {}
         if isinstance(block, Mapping) and block.get("cpu") not in (None, ""):
-            millis += _millicores(block["cpu"], "%s.cpu" % section)
-    count = -(-millis // 1000)
+            try:
+                cores += parse_quantity(str(block["cpu"]))
+            except QuantityError as exc:
+                raise ConfigError("%s.cpu: %s" % (section, exc)) from None
+    count = math.ceil(cores)
     if not count:
         return CPUSet(), "none", False, []
     cpus = take_by_topology(topo, options, topo.all_cpus.as_frozenset(), min(count, len(topo.all_cpus)))
@@ -320,7 +314,10 @@ def plan_change(current: Mapping[str, Any], desired: Desired, topo: Topology, ve
     if desired.policy == NONE and options:
         raise ConfigError("None policy: received unsupported options=%s" % go_map_repr(options))
     needed = cpu_gates(options, minor, gates_now)
-    parsed = parse_options(options)
+    try:
+        parsed = parse_options(options)
+    except OptionError as exc:
+        raise ConfigError(str(exc)) from None
     tm_policy = desired.topology_manager_policy or str(current.get("topologyManagerPolicy") or "none")
     tm_scope = desired.topology_manager_scope or str(current.get("topologyManagerScope") or "container")
     tm_options = _string_map(desired.topology_manager_policy_options
