@@ -35,7 +35,7 @@ fi
 stage "ansible-galaxy collection build, installed for the integration tests and Molecule"
 installed=$(mktemp -d "${TMPDIR:-/tmp}/kubecpu-installed.XXXXXX")
 ansible-galaxy collection build --force --output-path "$installed" . >/dev/null
-ansible-galaxy collection install --offline -p "$installed/collections" "$installed"/kubecpu-cpu_manager-*.tar.gz >/dev/null
+ansible-galaxy collection install --offline --force -p "$installed/collections" "$installed"/kubecpu-cpu_manager-*.tar.gz >/dev/null
 export KUBECPU_COLLECTIONS_PATH="$installed/collections"
 ls "$KUBECPU_COLLECTIONS_PATH/ansible_collections/kubecpu/cpu_manager/roles" "$installed"/kubecpu-cpu_manager-*.tar.gz
 
