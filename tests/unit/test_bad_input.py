@@ -34,6 +34,8 @@ from kubelet_cases import ROOT
 HOSTILE = ["; rm -rf /", "$(reboot)", "`id`", "a b", "--help", "-rf", "..", "../../etc/passwd", "\u00e9\u6f22\u5b57",
            "\x00", "0" * 300, "", " ", "\n", "*", "{}", "[]", "null"]
 CPUSETS = ["0-", "-1", "3-1", "0,,1", "a", "0x", "1-2-3", "99999999999999999999", "0-3,", " 0", "\u0661", "0-1000000"]
+
+
 # Infinity, as a float or a string Decimal reads as one ("inf", "-Infinity"), is left out: ansible-core 2.19 itself
 # raises OverflowError converting it to an int option, before any module code runs - a traceback no module can catch.
 def _not_infinity(text: str) -> bool:
