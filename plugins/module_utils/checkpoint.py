@@ -10,8 +10,11 @@ container map, then the policy name and the CPU sets checked.
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+import re
+import struct
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
 from .cpuset import CPUSet
 from .errors import CPUSetError
@@ -21,6 +24,9 @@ FNV32_OFFSET = 2166136261
 FNV32_PRIME = 16777619
 _UINT64_MAX = (1 << 64) - 1
 V2_FIELDS = ("policyName", "defaultCpuSet", "entries", "checksum")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+V2_MAP = "map[string]map[string]string"
+V1_MAP = "map[string]string"
 
 
 class RestoreFailure(Exception):
@@ -34,29 +40,71 @@ class Restored(NamedTuple):
 
 
 def fnv1a32(data: bytes) -> int:
+    """Go's hash/fnv New32a, eight bytes a step.
+
+    Masking once a step is exact: the low 32 bits of a product depend only on the factors' low 32 bits,
+    and XOR with a byte touches only the low eight.
+    """
     value = FNV32_OFFSET
-    for byte in data:
-        value = ((value ^ byte) * FNV32_PRIME) & 0xFFFFFFFF
+    whole = len(data) - len(data) % 8
+    p = FNV32_PRIME
+    for b0, b1, b2, b3, b4, b5, b6, b7 in struct.iter_unpack("8B", data[:whole]):
+        value = (((((((((value ^ b0) * p ^ b1) * p ^ b2) * p ^ b3) * p ^ b4) * p ^ b5) * p ^ b6) * p ^ b7) * p
+                 & 0xFFFFFFFF)
+    for byte in data[whole:]:
+        value = ((value ^ byte) * p) & 0xFFFFFFFF
     return value
 
 
-def _spew_map(value: Any) -> str:
+# The checksum of the text seen last: the file a process reads is usually the one it wrote.
+_last_checksum: List[Tuple[bytes, int]] = [(b"", FNV32_OFFSET)]
+
+
+def _remembered_fnv(text: bytes) -> int:
+    seen, value = _last_checksum[0]
+    if text != seen:
+        value = fnv1a32(text)
+        _last_checksum[0] = (text, value)
+    return value
+
+
+def _spew_map(value: Any, order: Callable[[Iterable[Tuple[str, Any]]], List[Tuple[str, Any]]] = sorted) -> str:
     """spew's %#v of a map with SortKeys/SpewKeys: ``map[k:v ...]`` sorted, ``<nil>`` for a nil map."""
     if value is None:
         return "<nil>"
-    items = []
-    for key in sorted(value, key=lambda k: k.encode("utf-8", "surrogatepass")):
-        inner = value[key]
-        items.append("%s:%s" % (key, inner if isinstance(inner, str) else _spew_map(inner)))
-    return "map[%s]" % " ".join(items)
+    out = []
+    for key, inner in order(value.items()):
+        if isinstance(inner, str):
+            out.append("%s:%s" % (key, inner))
+        elif inner is not None and len(inner) == 1:  # the usual pod, one container: nothing to sort
+            out.append("%s:map[%s:%s]" % ((key,) + next(iter(inner.items()))))
+        else:
+            out.append("%s:%s" % (key, _spew_map(inner, order)))
+    return "map[%s]" % " ".join(out)
+
+
+def _byte_order(items: Iterable[Tuple[str, Any]]) -> List[Tuple[str, Any]]:
+    """Go's map-key order: UTF-8 bytes (the same as code points unless a key holds a lone surrogate)."""
+    return sorted(items, key=lambda item: item[0].encode("utf-8", "surrogatepass"))
+
+
+def _spew_entries(entries: Optional[Mapping[str, Any]]) -> str:
+    spewed = _spew_map(entries)
+    if not spewed.isascii() and _SURROGATE.search(spewed):
+        spewed = _spew_map(entries, _byte_order)
+    return spewed
+
+
+def _checksum_of(policy_name: str, default: str, kind: str, spewed: str) -> int:
+    text = ("(*state.CPUManagerCheckpoint){PolicyName:(string)%s DefaultCPUSet:(string)%s Entries:(%s)%s "
+            "Checksum:(checksum.Checksum)0}" % (policy_name, default, kind, spewed))
+    return _remembered_fnv(text.encode("utf-8", "surrogatepass"))
 
 
 def checksum(policy_name: str, default: str, entries: Optional[Mapping[str, Any]], version: str = "v2") -> int:
     """checksum.New of the checkpoint struct (Checksum field 0), as the kubelet computes it."""
-    kind = "map[string]map[string]string" if version == "v2" else "map[string]string"
-    text = ("(*state.CPUManagerCheckpoint){PolicyName:(string)%s DefaultCPUSet:(string)%s Entries:(%s)%s "
-            "Checksum:(checksum.Checksum)0}" % (policy_name, default, kind, _spew_map(entries)))
-    return fnv1a32(text.encode("utf-8", "surrogatepass"))
+    kind = V2_MAP if version == "v2" else V1_MAP
+    return _checksum_of(policy_name, default, kind, _spew_entries(entries))
 
 
 # --- writing ----------------------------------------------------------------------------------------
@@ -82,18 +130,46 @@ def _go_object(pairs: List[Tuple[str, str]]) -> str:
     return "{%s}" % ",".join("%s:%s" % (go_json_string(k), v) for k, v in pairs)
 
 
+def _plain_entries(entries: Mapping[str, Mapping[str, object]]) -> Optional[Tuple[str, str]]:
+    """The JSON object and the spew map of entries in one pass, when no name or set needs escaping
+    (printable ASCII without ``"`` ``\\`` ``<`` ``>`` ``&``: sorted by code point is sorted by byte); else None."""
+    json_parts, spew_parts = [], []
+    for pod, containers in sorted(entries.items()):
+        if len(containers) == 1:
+            for name, cpus in containers.items():
+                json_parts.append('"%s":{"%s":"%s"}' % (pod, name, cpus))
+                spew_parts.append("%s:map[%s:%s]" % (pod, name, cpus))
+        else:
+            items = sorted(containers.items())
+            json_parts.append('"%s":{%s}' % (pod, ",".join(['"%s":"%s"' % item for item in items])))
+            spew_parts.append("%s:map[%s]" % (pod, " ".join(["%s:%s" % item for item in items])))
+    spewed = "map[%s]" % " ".join(spew_parts)
+    if not (spewed.isascii() and spewed.isprintable()) or any(char in spewed for char in '"\\<>&'):
+        return None
+    return "{%s}" % ",".join(json_parts), spewed
+
+
+def _encode_fields(policy_name: str, default: str, entries: Mapping[str, Mapping[str, object]]) -> bytes:
+    """Go's json.Marshal of the v2 struct with its checksum (entries omitted when empty); sets may be
+    CPUSets or their strings."""
+    plain = _plain_entries(entries)
+    if plain is not None:
+        blob, spewed = plain
+    else:
+        strings = {pod: {name: str(cpus) for name, cpus in containers.items()} for pod, containers in entries.items()}
+        blob = _go_object([(pod, _go_object([(name, go_json_string(cpus)) for name, cpus in _byte_order(
+            inner.items())])) for pod, inner in _byte_order(strings.items())])
+        spewed = _spew_entries(strings)
+    text = '{"policyName":%s,"defaultCpuSet":%s' % (go_json_string(policy_name), go_json_string(default))
+    if entries:
+        text += ',"entries":' + blob
+    text += ',"checksum":%d}' % _checksum_of(policy_name, default, V2_MAP, spewed)
+    return text.encode("utf-8", "surrogatepass")
+
+
 def encode(state: CPUState) -> bytes:
     """The file content the kubelet writes for ``state``: compact v2 JSON with its checksum."""
-    entries = {pod: {name: str(cpus) for name, cpus in containers.items()}
-               for pod, containers in state.entries.items()}
-    default = str(state.default)
-    pairs = [("policyName", go_json_string(state.policy_name)), ("defaultCpuSet", go_json_string(default))]
-    if entries:
-        pairs.append(("entries", _go_object(
-            [(pod, _go_object([(name, go_json_string(cpus)) for name, cpus in sorted(entries[pod].items())]))
-             for pod in sorted(entries)])))
-    pairs.append(("checksum", str(checksum(state.policy_name, default, entries))))
-    return _go_object(pairs).encode("utf-8", "surrogatepass")
+    return _encode_fields(state.policy_name, str(state.default), state.entries)
 
 
 # --- reading (Go encoding/json semantics for the two checkpoint structs) ------------------------------
@@ -226,22 +302,51 @@ def _attempt(doc: Any, version: str) -> Tuple[str, str, Dict[str, Any], int]:
     return policy, default, entries or {}, stored
 
 
+def _canonical(data: bytes) -> Optional[Tuple[str, str, Dict[str, Any], int]]:
+    """The fields of a v2 file with entries, when its bytes are exactly what ``encode`` writes, else None.
+
+    Such a file restores the same way under Go's rules (no folded or repeated keys, its checksum right, a
+    failed v1 attempt), so plain JSON reads it; anything else takes the full Go-semantics path.
+    """
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    if type(doc) is not dict or len(doc) != len(V2_FIELDS):
+        return None
+    policy, default, entries, stored = (doc.get(field) for field in V2_FIELDS)
+    if not (isinstance(policy, str) and isinstance(default, str) and isinstance(entries, dict) and entries
+            and type(stored) is int):
+        return None
+    for containers in entries.values():
+        if not isinstance(containers, dict) or not all(isinstance(cpus, str) for cpus in containers.values()):
+            return None
+    if _encode_fields(policy, default, entries) != data:
+        return None
+    return policy, default, entries, stored
+
+
 def decode(data: bytes, policy_name: str,
            initial_containers: Optional[Mapping[str, Tuple[str, str]]] = None) -> Restored:
     """Restore a checkpoint as the kubelet does; raises RestoreFailure with the kubelet's inner text.
 
     ``initial_containers`` maps container IDs to (pod UID, container name) for v1 migration.
     """
-    doc = _syntax(data.decode("utf-8", "replace"))
-    try:
-        policy, default, entries, stored = _attempt(doc, "v1")
-        version = "v1"
-    except (RestoreFailure, _TypeError):
-        try:
-            policy, default, entries, stored = _attempt(doc, "v2")
-        except _TypeError as exc:
-            raise RestoreFailure(str(exc)) from None
+    canonical = _canonical(data)
+    if canonical is not None:
+        policy, default, entries, stored = canonical
         version = "v2"
+    else:
+        doc = _syntax(data.decode("utf-8", "replace"))
+        try:
+            policy, default, entries, stored = _attempt(doc, "v1")
+            version = "v1"
+        except (RestoreFailure, _TypeError):
+            try:
+                policy, default, entries, stored = _attempt(doc, "v2")
+            except _TypeError as exc:
+                raise RestoreFailure(str(exc)) from None
+            version = "v2"
     if version == "v1":
         migrated: Dict[str, Dict[str, str]] = {}
         for container_id, cpus in entries.items():
@@ -261,11 +366,15 @@ def decode(data: bytes, policy_name: str,
     for pod in sorted(entries):
         for name, cpus in sorted((entries[pod] or {}).items()):
             try:
-                state.set(pod, name, CPUSet.parse(cpus))
+                state.set(pod, name, _parse_cpus(cpus))
             except CPUSetError as exc:
                 raise RestoreFailure('could not parse cpuset "%s" for container "%s" in pod "%s": %s'
                                      % (cpus, name, pod, exc.detail)) from None
     return Restored(state, version, stored)
+
+
+# CPUSet is immutable: the sets of a file read again are shared, not parsed again.
+_parse_cpus = functools.lru_cache(maxsize=4096)(CPUSet.parse)
 
 
 def empty_file(policy_name: str) -> bytes:

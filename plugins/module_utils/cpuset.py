@@ -35,8 +35,9 @@ def _atoi(text: str, piece: str, whole: str) -> int:
 class CPUSet:
     """An immutable set of non-negative CPU ids; ``str()`` gives the canonical CPU list."""
 
-    __slots__ = ("_cpus",)
+    __slots__ = ("_cpus", "_text")
     _cpus: FrozenSet[int]
+    _text: str  # the canonical CPU list, formatted on first use
 
     def __init__(self, cpus: Iterable[int] = ()) -> None:
         members = frozenset(cpus)
@@ -112,7 +113,12 @@ class CPUSet:
         return runs
 
     def __str__(self) -> str:
-        return ",".join(str(a) if a == b else "%d-%d" % (a, b) for a, b in self.ranges())
+        try:
+            return self._text
+        except AttributeError:
+            text = ",".join(str(a) if a == b else "%d-%d" % (a, b) for a, b in self.ranges())
+            object.__setattr__(self, "_text", text)
+            return text
 
     def to_mask(self, width: Optional[int] = None) -> str:
         """Format as a Linux hex mask: 32-bit words, most significant first, comma separated.

@@ -160,14 +160,21 @@ class StaticPolicy:
         elif not self.reserved.issubset(state.default):
             raise StateError('not all reserved cpus: "%s" are present in defaultCpuSet: "%s"'
                              % (self.reserved, state.default))
-        for pod, container, cpus in state.assignments():
-            if not cpus.isdisjoint(state.default):
-                raise StateError('pod: %s, container: %s cpuset: "%s" overlaps with default cpuset "%s"'
-                                 % (pod, container, cpus, state.default))
-        union = state.default.union(state.assigned())
-        if union != everything:
+        default = state.default.as_frozenset()
+        accounted = set(default)
+        counted = len(default)
+        for containers in state.entries.values():
+            for cpus in containers.values():
+                accounted.update(cpus.as_frozenset())
+                counted += len(cpus)
+        if counted != len(accounted):  # something overlaps: name the first assignment that overlaps the pool
+            for pod, container, cpus in state.assignments():
+                if not default.isdisjoint(cpus.as_frozenset()):
+                    raise StateError('pod: %s, container: %s cpuset: "%s" overlaps with default cpuset "%s"'
+                                     % (pod, container, cpus, state.default))
+        if accounted != everything.as_frozenset():
             raise StateError('current set of available CPUs "%s" doesn\'t match with CPUs in state "%s"'
-                             % (everything, union))
+                             % (everything, CPUSet(accounted)))
 
     def available(self, state: CPUState) -> CPUSet:
         """GetAvailableCPUs: the shared pool without the reserved CPUs."""

@@ -51,6 +51,9 @@ class StateStore:
         self.lock_timeout = lock_timeout
         self.initial_containers = initial_containers
         self.directory = os.path.dirname(self.path)
+        # The bytes last read or written and their state: a process that reads the file it wrote (the
+        # agent, every pass) compares bytes instead of decoding them again.
+        self._known: Optional[Tuple[bytes, CPUState]] = None
 
     @property
     def previous_path(self) -> str:
@@ -63,11 +66,7 @@ class StateStore:
         if self.read_only:
             yield
             return
-        self._ensure_directory()
-        try:
-            fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise StoreError("cannot open lock file %s.lock: %s" % (self.path, exc.strerror)) from None
+        fd = self._open_lock()
         try:
             deadline = time.monotonic() + self.lock_timeout
             while True:
@@ -84,6 +83,20 @@ class StateStore:
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the lock
+
+    def _open_lock(self) -> int:
+        """The lock file's descriptor; the state directory is created when it is missing."""
+        directory_made = False
+        while True:
+            try:
+                return os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+            except FileNotFoundError:
+                if directory_made:
+                    raise StoreError("cannot open lock file %s.lock: its directory vanished" % self.path) from None
+                self._ensure_directory()
+                directory_made = True
+            except OSError as exc:
+                raise StoreError("cannot open lock file %s.lock: %s" % (self.path, exc.strerror)) from None
 
     def _ensure_directory(self) -> None:
         try:
@@ -106,10 +119,14 @@ class StateStore:
         data = self.read_bytes()
         if data is None:
             return None
+        if self._known is not None and self._known[0] == data:
+            return self._known[1].copy()
         try:
-            return decode(data, self.policy_name, self.initial_containers).state
+            state = decode(data, self.policy_name, self.initial_containers).state
         except RestoreFailure as exc:
             raise CheckpointError(self.path, str(exc)) from None
+        self._known = (data, state.copy())
+        return state
 
     def load_or_new(self) -> CPUState:
         """As the kubelet restores: a missing file means a fresh state for the configured policy."""
@@ -123,9 +140,12 @@ class StateStore:
             raise StoreError("state file %s is read-only (the kubelet's own checkpoint is never written by "
                              "kubecpu)" % self.path)
         data = encode(state)
-        if self.read_bytes() == data:
+        current = self.read_bytes()
+        if current == data:
             return False
-        self._ensure_directory()
+        self._known = None
+        if current is None:
+            self._ensure_directory()
         tmp = None
         try:
             fd, tmp = tempfile.mkstemp(prefix=".%s.tmp-" % os.path.basename(self.path), dir=self.directory)
@@ -134,7 +154,8 @@ class StateStore:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
-            self._keep_previous()
+            if current is not None:
+                self._keep_previous()
             os.replace(tmp, self.path)
             _fsync_dir(self.directory)
         except OSError as exc:
@@ -142,17 +163,20 @@ class StateStore:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
             raise StoreError("cannot write state file %s: %s" % (self.path, exc.strerror or exc)) from None
+        self._known = (data, state.copy())
         return True
 
     def _keep_previous(self) -> None:
         """Hard-link the current generation to <file>.prev (files are never modified in place)."""
-        if not os.path.exists(self.path):
-            return
         link = "%s.prev-tmp-%d" % (self.path, os.getpid())
-        with contextlib.suppress(FileNotFoundError):
+        try:
+            os.link(self.path, link)
+        except FileExistsError:  # left by a writer with this process id that died here
             os.unlink(link)
-        os.link(self.path, link)
+            os.link(self.path, link)
         os.replace(link, self.previous_path)
+        with contextlib.suppress(FileNotFoundError):  # still there when .prev already was this generation
+            os.unlink(link)
 
     def reset(self) -> Optional[str]:
         """Explicit recovery: move the current file aside (kept, never deleted); returns where it went."""

@@ -122,3 +122,54 @@ def test_encode_decode_round_trip(policy, default, entries):
     state = CPUState(policy, default, entries)
     restored = decode(encode(state), policy)
     assert restored.state == state and restored.version == "v2"
+
+
+# --- the fast paths against their definitions --------------------------------------------------------
+def _reference_fnv(data):
+    value = checkpoint.FNV32_OFFSET
+    for byte in data:
+        value = ((value ^ byte) * checkpoint.FNV32_PRIME) % 2 ** 32
+    return value
+
+
+@given(st.binary(max_size=70))
+def test_fnv_eight_bytes_a_step_is_fnv1a(data):
+    assert checkpoint.fnv1a32(data) == _reference_fnv(data)
+
+
+def _go_order(mapping):
+    return sorted(mapping.items(), key=lambda item: item[0].encode("utf-8", "surrogatepass"))
+
+
+def _reference_encode(state):
+    """Go's json.Marshal string by string, keys in UTF-8 byte order, and the spew text hashed byte by byte."""
+    entries = {pod: {name: str(cpus) for name, cpus in containers.items()} for pod, containers in state.entries.items()}
+    fields = [("policyName", checkpoint.go_json_string(state.policy_name)),
+              ("defaultCpuSet", checkpoint.go_json_string(str(state.default)))]
+    if entries:
+        fields.append(("entries", "{%s}" % ",".join(
+            "%s:{%s}" % (checkpoint.go_json_string(pod), ",".join(
+                "%s:%s" % (checkpoint.go_json_string(name), checkpoint.go_json_string(cpus))
+                for name, cpus in _go_order(containers)))
+            for pod, containers in _go_order(entries))))
+    spew = "map[%s]" % " ".join("%s:map[%s]" % (pod, " ".join("%s:%s" % kv for kv in _go_order(containers)))
+                                for pod, containers in _go_order(entries))
+    text = ("(*state.CPUManagerCheckpoint){PolicyName:(string)%s DefaultCPUSet:(string)%s Entries:"
+            "(map[string]map[string]string)%s Checksum:(checksum.Checksum)0}" % (state.policy_name, state.default, spew))
+    fields.append(("checksum", str(_reference_fnv(text.encode("utf-8", "surrogatepass")))))
+    return ("{%s}" % ",".join('"%s":%s' % field for field in fields)).encode("utf-8", "surrogatepass")
+
+
+awkward = st.text(alphabet=st.one_of(st.sampled_from('"\\<>&\n\t\x00\x7f\u2028\u2029\ud800\udfff\u00e9\U0001f600 '),
+                                     st.characters(min_codepoint=32, max_codepoint=126)), min_size=1, max_size=8)
+
+
+@given(st.sampled_from(["static", "none"]), sets,
+       st.dictionaries(st.one_of(awkward, names), st.dictionaries(st.one_of(awkward, names), sets, max_size=3),
+                       max_size=5))
+def test_encode_matches_the_reference_encoder(policy, default, entries):
+    state = CPUState(policy, default, entries)
+    data = encode(state)
+    assert data == _reference_encode(state)
+    if entries and all(entries.values()) and not checkpoint._SURROGATE.search("".join(list(entries) + [n for c in entries.values() for n in c])):
+        assert decode(data, policy).state == state  # Go reads lone surrogates back as U+FFFD

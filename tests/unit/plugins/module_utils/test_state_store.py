@@ -156,3 +156,20 @@ def test_a_hundred_concurrent_allocations(tmp_path):
         seen = seen.union(cpus)
     assert final.default.isdisjoint(seen) and len(final.default.union(seen)) == 256
     assert open(state, "rb").read() == encode(final)
+
+
+def test_the_bytes_decide_whether_a_read_decodes_again(tmp_path):
+    """A store remembers the file it wrote; another writer's file, or a damaged one, is read afresh."""
+    path = str(tmp_path / "cpu_manager_state")
+    mine, theirs = StateStore(path), StateStore(path)
+    mine.save(_state(1))
+    first = mine.load()
+    first.set("pod-x", "c", CPUSet([63]))  # a caller's change to what it loaded stays its own
+    assert mine.load() == _state(1)
+    theirs.save(_state(3))
+    assert mine.load() == _state(3)
+    damaged = bytearray(open(path, "rb").read())
+    damaged[damaged.index(b'"c":"1"') + 5] = ord("2")
+    open(path, "wb").write(bytes(damaged))
+    with pytest.raises(CheckpointError, match="checkpoint is corrupted"):
+        mine.load()
