@@ -124,19 +124,29 @@ class ContainerCache:
         self.infos: Dict[str, ContainerInfo] = {}
         self.states: Dict[str, str] = {}
         self.dirty = False
-        if path:
-            self._load(path)
+        self._seen: Optional[Tuple[int, int, int]] = None  # the file's (inode, size, mtime) last read or written
+        self.refresh()
 
-    def _load(self, path: str) -> None:
+    def refresh(self) -> None:
+        """Take in what other processes have inspected since this cache last read or wrote its file (a stat when
+        nothing changed): called under the state lock, so concurrent one-shot runs inspect each container once."""
+        if not self.path:
+            return
         try:
-            with open(path, encoding="utf-8") as handle:
+            info = os.stat(self.path)
+            signature = (info.st_ino, info.st_size, info.st_mtime_ns)
+            if signature == self._seen:
+                return
+            with open(self.path, encoding="utf-8") as handle:
                 doc = json.load(handle)
+            self._seen = signature
             for item in doc.get("containers", []):
-                info = ContainerInfo.from_dict(item["info"])
-                self.infos[info.id] = info
-                self.states[info.id] = str(item.get("state", ""))
+                known = ContainerInfo.from_dict(item["info"])
+                if known.id not in self.infos:
+                    self.infos[known.id] = known
+                    self.states[known.id] = str(item.get("state", ""))
         except (OSError, ValueError, KeyError, TypeError, AttributeError, KubecpuError):
-            self.infos, self.states = {}, {}  # a cache: when unreadable, the containers are inspected again
+            pass  # a cache: what it cannot tell is inspected again
 
     def get(self, listed: ListedContainer) -> Optional[ContainerInfo]:
         """The cached facts, unless the container has since exited (its exit status is new information)."""
@@ -167,7 +177,10 @@ class ContainerCache:
             fd, tmp = tempfile.mkstemp(prefix=".containers.tmp-", dir=directory)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(doc, handle, separators=(",", ":"))
+                handle.flush()
+                info = os.fstat(handle.fileno())
             os.replace(tmp, self.path)
+            self._seen = (info.st_ino, info.st_size, info.st_mtime_ns)
             self.dirty = False
 
 
@@ -410,6 +423,7 @@ class NodeManager:
         started = time.monotonic()
         calls = dict(self._runtime().calls)
         with self._locked_state() as (state, plan):
+            self.cache.refresh()
             yield state, plan, self.observe(plan)
         self._account(plan, calls, started)
 

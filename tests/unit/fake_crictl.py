@@ -137,6 +137,40 @@ def make_node(directory: str, cpus: str = "0-3") -> Dict[str, str]:
     return ids
 
 
+def add_guaranteed(directory: str, count: int, cpus: str) -> Dict[str, str]:
+    """``count`` more running Guaranteed 1-CPU pods (copies of the recorded prod/web main, each with its own pod
+    UID, name, container ID and cgroup at ``cpus``), listed by the stand-in crictl. Returns pod UID -> container ID."""
+    with open(os.path.join(directory, "ps.json"), encoding="utf-8") as handle:
+        listed = json.load(handle)
+    template = next(item for item in listed["containers"] if item["labels"]["io.kubernetes.pod.name"] == "web"
+                    and item["metadata"]["name"] == "main")
+    with open(os.path.join(directory, "inspect", template["id"] + ".json"), encoding="utf-8") as handle:
+        inspected = handle.read()
+    old_uid, added = template["labels"]["io.kubernetes.pod.uid"], {}
+    for n in range(count):
+        uid, cid = "00000000-0000-4000-8000-%012d" % n, "%064x" % (0xC0FFEE000 + n)
+        item = json.loads(json.dumps(template).replace(template["id"], cid).replace(old_uid, uid))
+        item["labels"]["io.kubernetes.pod.name"] = "load-%d" % n
+        listed["containers"].append(item)
+        doc = json.loads(inspected.replace(template["id"], cid).replace(old_uid, uid))
+        doc["status"]["labels"] = item["labels"]
+        doc["info"]["config"]["linux"]["resources"].update(cpu_quota=100000, cpu_shares=1024)
+        doc["status"]["resources"]["linux"].update(cpuQuota="100000", cpuShares="1024")
+        with open(os.path.join(directory, "inspect", cid + ".json"), "w", encoding="utf-8") as handle:
+            json.dump(doc, handle)
+        path = doc["info"]["runtimeSpec"]["linux"]["cgroupsPath"].lstrip("/")
+        for controller, leaf, value in (("cpuset", "cpuset.cpus", cpus), ("cpuset", "cpuset.mems", "0"),
+                                        ("cpu", "cpu.cfs_quota_us", "100000"), ("cpu", "cpu.cfs_period_us", "100000")):
+            for level in (path, os.path.dirname(path)):
+                os.makedirs(os.path.join(directory, "cgroup", controller, level), exist_ok=True)
+                with open(os.path.join(directory, "cgroup", controller, level, leaf), "w", encoding="utf-8") as handle:
+                    handle.write(value + "\n")
+        added[uid] = cid
+    with open(os.path.join(directory, "ps.json"), "w", encoding="utf-8") as handle:
+        json.dump(listed, handle)
+    return added
+
+
 def calls(log: str):
     if not os.path.exists(log):
         return []

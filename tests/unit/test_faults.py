@@ -86,3 +86,63 @@ def test_a_state_directory_that_cannot_be_written(tmp_path, monkeypatch):
     with pytest.raises(StoreError, match="Read-only file system"):
         store.save(big_state(3))
     assert open(path, "rb").read() == before
+
+
+def test_a_hundred_module_allocations_and_the_agent_together(tmp_path):
+    """100 cpu_manager_allocate runs started at once (separate processes, as Ansible starts them; every other one
+    with apply=false, recording only) and the agent looping at 50 ms share one state file on a 128-CPU node whose
+    runtime lists 100 new Guaranteed 1-CPU pods. Whoever comes first allocates; nobody double-books a CPU, every
+    module run succeeds, the runtime ends up with what the state says, and the file stays valid. Concurrent runs
+    share their inspections through the container cache, which each reads again under the lock."""
+    import json
+    import signal
+    import sys
+    import time
+
+    import conftest
+    import fake_crictl
+
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import NodeConfig, build_manager
+
+    node = fake_crictl.make_node(str(tmp_path), cpus="0-127")
+    added = fake_crictl.add_guaranteed(str(tmp_path), 100, "0-127")
+    state = str(tmp_path / "state")
+    common = {"state_path": state, "crictl_path": node["crictl"], "cgroup_root": node["cgroup"],
+              "topology_path": node["topology"], "num_reserved": 2, "kubelet_state_path": str(tmp_path / "none")}
+    env = dict(os.environ, PYTHONPATH=conftest._collections_path())
+    module = os.path.join(conftest.ROOT, "plugins", "modules", "cpu_manager_allocate.py")
+    agent = subprocess.Popen(
+        [os.path.join(conftest.ROOT, "bin", "kubecpu"), "reconcile", "--loop", "--period", "50ms", "--crictl",
+         node["crictl"], "--cgroup-root", node["cgroup"], "--topology", node["topology"], "--state", state,
+         "--num-reserved", "2", "--kubelet-state", str(tmp_path / "none")],
+        env=dict(env, KUBECPU_PYTHON=sys.executable), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        runs = {}
+        for n, (uid, cid) in enumerate(added.items()):
+            args = tmp_path / ("args-%s.json" % uid)
+            args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(common, container_id=cid, apply=n % 2 == 0)}))
+            runs[uid] = subprocess.Popen([sys.executable, module, str(args)], env=env, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+        results = {uid: run.communicate(timeout=300) for uid, run in runs.items()}
+        assert [run.returncode for run in runs.values()] == [0] * 100, [json.loads(out)["msg"] for out, _err in results.values() if "failed" in out][:3]
+        deadline = time.monotonic() + 60
+        while not all(fake_crictl.cgroup_cpus(node, cid) != "0-127" for cid in added.values()):
+            assert time.monotonic() < deadline, "the agent did not apply the allocations"
+            time.sleep(0.2)
+        time.sleep(0.5)  # one more agent pass over the settled node
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        _out, err = agent.communicate(timeout=60)
+    assert agent.returncode == 0, err
+    saved = build_manager(NodeConfig(state_path=state, num_reserved=2, topology_path=node["topology"],
+                                     read_only=True)).read_state()  # validated as the kubelet would at a restart
+    taken = CPUSet()
+    for uid, cid in added.items():
+        answer = json.loads(results[uid][0])
+        cpus = saved.get(uid, "main")
+        assert cpus is not None and len(cpus) == 1 and answer["exclusive"], answer
+        assert CPUSet.parse(answer["cpus"]) == cpus  # what the module said is what the state holds
+        assert fake_crictl.cgroup_cpus(node, cid) == str(cpus)  # and what the runtime applied
+        assert cpus.isdisjoint(taken)
+        taken = taken.union(cpus)
+    assert len(taken) == 100 and saved.default.isdisjoint(taken)

@@ -74,6 +74,19 @@ def test_a_one_shot_run_remembers_containers_in_the_cache_file(tmp_path):
     assert again.reconcile().runtime_calls == {"list": 1}
 
 
+def test_concurrent_one_shot_runs_share_their_inspections_under_the_lock(tmp_path):
+    """Both runs start with an empty cache; the second, waiting for the lock while the first inspects, reads the
+    file again once it holds the lock and inspects nothing."""
+    first, rt = node(tmp_path, cache_file=True)
+    second, _rt = node(tmp_path, cache_file=True)
+    second.runtime = rt
+    for n in range(3):
+        rt.add("pod-%d" % n, "app", "Burstable", 500)
+    first.reconcile()
+    rt.calls.clear()
+    assert second.reconcile().runtime_calls == {"list": 1}
+
+
 def test_pod_gone_releases_its_cpus_and_shared_containers_get_them_back(tmp_path):
     manager, rt = node(tmp_path)
     rt.add("pod-g", "app", "Guaranteed", 2000)
