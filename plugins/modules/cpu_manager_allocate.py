@@ -82,10 +82,10 @@ EXAMPLES = r"""
     container_id: e56bd07ded86
     num_reserved: 2
 
-- name: Give the packet forwarder of a pod 4 CPUs next to its NIC, with no CFS quota
+- name: Give the pod's packet-forwarding sidecar 4 CPUs next to its NIC, with no CFS quota
   kubecpu.cpu_manager.cpu_manager_allocate:
     pod_uid: a06b0ffe-e387-47dc-90e2-339fa3fc242a
-    container_name: fwd
+    container_name: sidecar
     cpus: 4
     near_device: "0000:3b:00.0"
     reserved_cpus: "0,64"
@@ -98,7 +98,7 @@ EXAMPLES = r"""
 - name: Release them again
   kubecpu.cpu_manager.cpu_manager_allocate:
     pod_uid: a06b0ffe-e387-47dc-90e2-339fa3fc242a
-    container_name: fwd
+    container_name: sidecar
     state: absent
     reserved_cpus: "0,64"
 """

@@ -51,7 +51,7 @@ EXAMPLES = r"""
   kubecpu.cpu_manager.cpu_manager_reconcile:
     runtime: cri
     runtime_endpoint: unix:///run/containerd/containerd.sock
-    reserved_cpus: "0,1"
+    reserved_cpus: "0,64"
     policy_options:
       full-pcpus-only: "true"
   check_mode: true
