@@ -39,9 +39,13 @@ ansible-galaxy collection install --offline --force -p "$installed/collections" 
 export KUBECPU_COLLECTIONS_PATH="$installed/collections"
 ls "$KUBECPU_COLLECTIONS_PATH/ansible_collections/kubecpu/cpu_manager/roles" "$installed"/kubecpu-cpu_manager-*.tar.gz
 
-stage "unit, property and reliability tests (pytest)"
-mkdir -p tests/output
-python -m pytest -n 2 -q --junitxml=tests/output/junit.xml tests/unit
+stage "ansible-test units: the unit, property and reliability tests (collection copied to ansible_collections/kubecpu/cpu_manager)"
+work=$(mktemp -d "${TMPDIR:-/tmp}/kubecpu-ansible-test.XXXXXX")
+dest="$work/ansible_collections/kubecpu/cpu_manager"
+mkdir -p "$dest" tests/output
+git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C "$dest"
+ln -s "$(cd "${KUBECPU_SHARED:-$root/../shared}" && pwd)" "$work/ansible_collections/kubecpu/shared"  # the kubelet cases
+(cd "$dest" && ansible-test units --python 3.11 --venv --requirements --color no)
 
 stage "integration tests against a real containerd (bin/kubecpu reconcile, the agent, the modules)"
 python -m pytest -q --junitxml=tests/output/junit-integration.xml tests/integration
@@ -51,11 +55,7 @@ bash scripts/molecule-image.sh
 (cd extensions && ANSIBLE_COLLECTIONS_PATH="$KUBECPU_COLLECTIONS_PATH" molecule test -s podman)
 (cd extensions && ANSIBLE_COLLECTIONS_PATH="$KUBECPU_COLLECTIONS_PATH" molecule test -s localhost)
 
-stage "ansible-test sanity (offline, collection copied to ansible_collections/kubecpu/cpu_manager)"
-work=$(mktemp -d "${TMPDIR:-/tmp}/kubecpu-sanity.XXXXXX")
-dest="$work/ansible_collections/kubecpu/cpu_manager"
-mkdir -p "$dest"
-git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C "$dest"
+stage "ansible-test sanity (offline, on the same copy)"
 (cd "$dest" && ansible-test sanity --python 3.11 --venv --color no)
 
 stage "benchmarks (quick run)"
@@ -63,14 +63,16 @@ python benchmarks/allocation.py --quick
 python benchmarks/state.py --quick
 python benchmarks/reconcile.py --quick
 
-python - <<'PY'
+UNIT_JUNIT="$dest/tests/output/junit" python - <<'PY'
+import glob
+import os
 import xml.etree.ElementTree as ET
 tests = failures = errors = skipped = 0
-for name in ("tests/output/junit.xml", "tests/output/junit-integration.xml"):
-    suite = ET.parse(name).getroot()
-    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-    counts = [int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")]
-    tests, failures, errors, skipped = (a + b for a, b in zip((tests, failures, errors, skipped), counts))
+for name in sorted(glob.glob(os.environ["UNIT_JUNIT"] + "/*-units.xml")) + ["tests/output/junit-integration.xml"]:
+    root = ET.parse(name).getroot()
+    for suite in [root] if root.tag == "testsuite" else root.findall("testsuite"):
+        counts = [int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")]
+        tests, failures, errors, skipped = (a + b for a, b in zip((tests, failures, errors, skipped), counts))
 print("\nall stages passed")
 print("pytest: %d passed, %d failed, %d skipped" % (tests - failures - errors - skipped, failures + errors, skipped))
 PY

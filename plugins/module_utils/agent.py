@@ -4,15 +4,19 @@
 
 It survives runtime outages (logs, backs off up to ``max_backoff``, retries), stops cleanly on SIGTERM or
 SIGINT (the pass in progress finishes, the lock is released), and writes Prometheus textfile metrics
-after every pass.
+after every pass. The signal handler only records the signal: the kernel wakes the wait through a pipe
+(``signal.set_wakeup_fd``) and the loop does the logging, so a signal arriving while the log is being
+written cannot re-enter the stream.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import select
 import signal
-import threading
 import time
 from typing import Any, Callable, Dict, Optional, TextIO
 
@@ -51,7 +55,7 @@ class Agent:
         self.max_backoff = max(max_backoff, period)
         self.max_passes = max_passes
         self.clock = clock
-        self.stop = threading.Event()
+        self.stopping: Optional[int] = None  # the signal that asked the loop to stop
         self.passes = 0
         self.failures = 0
 
@@ -63,16 +67,19 @@ class Agent:
         self.log.flush()
 
     def _handle(self, signum: int, _frame: Any) -> None:
-        self._say("info", "received %s, stopping after the current pass" % signal.Signals(signum).name)
-        self.stop.set()
+        self.stopping = signum
 
     def run(self) -> int:
+        wake_read, wake_write = os.pipe()
+        for fd in (wake_read, wake_write):
+            os.set_blocking(fd, False)
+        previous_wakeup = signal.set_wakeup_fd(wake_write)
         previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
         self._say("info", "agent started", period_seconds=self.period, runtime=getattr(
             self.manager.runtime, "name", "?"), state=self.manager.store.path, policy=self.manager.policy.name)
         backoff = 0.0
         try:
-            while not self.stop.is_set():
+            while self.stopping is None:
                 started = self.clock()
                 ok = self.one_pass()
                 self.passes += 1
@@ -85,13 +92,20 @@ class Agent:
                     backoff = min(self.max_backoff, max(self.period, backoff * 2 if backoff else self.period))
                     wait = backoff
                     self._say("warning", "retrying in %.1fs" % wait)
-                if wait > 0:
-                    self.stop.wait(wait)
+                if wait > 0 and self.stopping is None:
+                    select.select([wake_read], [], [], wait)
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wake_read, 64)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            signal.set_wakeup_fd(previous_wakeup)
+            os.close(wake_read)
+            os.close(wake_write)
             if self.manager.runtime is not None:
                 self.manager.runtime.close()
+        if self.stopping is not None:
+            self._say("info", "received %s, stopped after the pass in progress" % signal.Signals(self.stopping).name)
         self._say("info", "agent stopped", passes=self.passes, failed_passes=self.failures)
         return 0
 

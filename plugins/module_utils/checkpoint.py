@@ -312,11 +312,11 @@ def _canonical(data: bytes) -> Optional[Tuple[str, str, Dict[str, Any], int]]:
         doc = json.loads(data)
     except ValueError:
         return None
-    if type(doc) is not dict or len(doc) != len(V2_FIELDS):
+    if not isinstance(doc, dict) or len(doc) != len(V2_FIELDS):
         return None
     policy, default, entries, stored = (doc.get(field) for field in V2_FIELDS)
     if not (isinstance(policy, str) and isinstance(default, str) and isinstance(entries, dict) and entries
-            and type(stored) is int):
+            and isinstance(stored, int) and not isinstance(stored, bool)):
         return None
     for containers in entries.values():
         if not isinstance(containers, dict) or not all(isinstance(cpus, str) for cpus in containers.values()):

@@ -14,6 +14,12 @@ SHARED = os.environ.get("KUBECPU_SHARED", os.path.join(os.path.dirname(ROOT), "s
 CASES = os.path.join(SHARED, "kubelet-cases")
 
 
+def collections_path() -> str:
+    """The directory holding ansible_collections/: what a child process needs on PYTHONPATH to import the collection."""
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import topology
+    return os.path.abspath(os.path.join(os.path.dirname(topology.__file__), *[os.pardir] * 5))
+
+
 @cache
 def load(name: str) -> Any:
     with open(os.path.join(CASES, name), encoding="utf-8") as handle:
