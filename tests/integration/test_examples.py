@@ -18,9 +18,9 @@ import yaml
 from test_modules import ROOT, collections_path
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import fake_crictl  # noqa: E402
-import fake_sysfs  # noqa: E402
-import fleet  # noqa: E402
+import fake_crictl
+import fake_sysfs
+import fleet
 
 MODULES = sorted(name[:-3] for name in os.listdir(os.path.join(ROOT, "plugins", "modules")) if name.endswith(".py"))
 NIC = "0000:3b:00.0"
