@@ -3,7 +3,7 @@ KubeletConfiguration, or (agent nodes) a stand-in crictl answering with the reco
 cgroupfs; plus an inventory with ``ansible_connection: local``. Used by the Molecule localhost scenario, the report
 test and the fleet benchmark.
 
-    python scripts/fleet.py DIR [--nodes N]      # writes DIR/inventory.yml and DIR/nodes/<name>/
+    python scripts/fleet.py DIR [--nodes N] [--kinds K,...]   # writes DIR/inventory.yml and DIR/nodes/<name>/
 
 Node kinds, in turn (the desired settings, group_vars in the inventory, are static with 2 reserved CPUs for the
 kubelet and 1 for the agent):
@@ -22,7 +22,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "unit")]
@@ -103,10 +103,10 @@ def agent_node(base: str) -> Dict[str, Any]:
             "cpu_manager_agent_config_path": os.path.join(base, "etc", "agent.json")}
 
 
-def build(directory: str, nodes: int, python: str) -> Dict[str, Any]:
+def build(directory: str, nodes: int, python: str, kinds: Sequence[str] = KINDS) -> Dict[str, Any]:
     hosts: Dict[str, Dict[str, Any]] = {}
     for index in range(nodes):
-        kind = KINDS[index % len(KINDS)]
+        kind = kinds[index % len(kinds)]
         name = "node%03d-%s" % (index, kind)
         base = os.path.join(directory, "nodes", name)
         hosts[name] = agent_node(base) if kind == "agent" else kubelet_node(base, kind)
@@ -126,8 +126,12 @@ def main(argv: List[str]) -> int:
     parser.add_argument("directory")
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--python", default=sys.executable, help="ansible_python_interpreter of the nodes")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="node kinds, taken in turn (default: all four)")
     args = parser.parse_args(argv)
-    build(os.path.abspath(args.directory), args.nodes, args.python)
+    kinds = args.kinds.split(",")
+    if not kinds or set(kinds) - set(KINDS):
+        parser.error("--kinds: choose from %s" % ", ".join(KINDS))
+    build(os.path.abspath(args.directory), args.nodes, args.python, kinds)
     print(os.path.join(os.path.abspath(args.directory), "inventory.yml"))
     return 0
 

@@ -62,6 +62,7 @@ stage "benchmarks (quick run)"
 python benchmarks/allocation.py --quick
 python benchmarks/state.py --quick
 python benchmarks/reconcile.py --quick
+python benchmarks/fleet.py --quick
 
 UNIT_JUNIT="$dest/tests/output/junit" python - <<'PY'
 import glob
