@@ -36,7 +36,8 @@ for arg in "$@"; do
 done
 case "$1" in
   show) unit="${2:-kubelet}"
-        printf 'Id=%s.service\\nNames=%s.service\\nLoadState=loaded\\nActiveState=active\\nSubState=running\\n' "$unit" "$unit"
+        printf 'Id=%s.service\\nNames=%s.service\\n' "$unit" "$unit"
+        printf 'LoadState=loaded\\nActiveState=active\\nSubState=running\\n'
         printf 'UnitFileState=enabled\\nNRestarts=0\\nDescription=stand-in %s\\n' "$unit" ;;
   is-active) echo active ;;
   is-enabled) echo enabled ;;
