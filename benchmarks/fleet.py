@@ -68,7 +68,7 @@ def _environment(work: str) -> Dict[str, str]:
                 ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_STDOUT_CALLBACK="default")
 
 
-def _play(env: Dict[str, str], playbook: str, inventory: str, forks: int, extra: Dict[str, object],
+def _play(env: Dict[str, str], playbook: str, inventory: str, forks: int, extra: Dict[str, object], *,
           log: str) -> float:
     argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", inventory, "-f", str(forks),
             os.path.join(ROOT, "playbooks", playbook), "-e", json.dumps(extra)]
@@ -118,14 +118,14 @@ def main() -> int:
                                         ("report.yml", {"kubecpu_report_dir": os.path.join(mixed, "report")})):
                     log = os.path.join(work, "%s-%d-%d.log" % (playbook, nodes, count))
                     rows.append((playbook, nodes, count, _play(env, playbook, os.path.join(mixed, "inventory.yml"),
-                                                               count, extra, log)))
+                                                               count, extra, log=log)))
                     print("%-11s %4d nodes  forks %3d  %7.1f s" % rows[-1], flush=True)
                 kubelets = os.path.join(work, "kubelet-%d-%d" % (nodes, count))
                 fleet.build(kubelets, nodes, sys.executable, kinds=("kubelet-none", "kubelet-static", "kubelet-moved"))
                 extra = {"kubelet_cpu_manager_health_url": health, "kubelet_cpu_manager_health_settle": 0}
                 log = os.path.join(work, "rollout-%d-%d.log" % (nodes, count))
                 rows.append(("rollout.yml", nodes, count, _play(env, "rollout.yml", os.path.join(
-                    kubelets, "inventory.yml"), count, extra, log)))
+                    kubelets, "inventory.yml"), count, extra, log=log)))
                 print("%-11s %4d nodes  forks %3d  %7.1f s  (%s)" % (rows[-1] + (_outcome(kubelets),)), flush=True)
     server.shutdown()
     print("\n%-11s %6s %6s %9s %12s %14s %16s" % ("playbook", "nodes", "forks", "wall s", "s per node",
