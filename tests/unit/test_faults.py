@@ -1,6 +1,7 @@
 """Faults: a full disk (a real 64 KiB tmpfs, and an injected write error), a state directory that cannot be
-written, and the next pass recovering. Documented behaviour: the write fails with a StoreError naming the file,
-the previous bytes stay, no temporary file is left behind, and the next write succeeds."""
+written, a filesystem remounted read-only, 100 module runs and the agent at once, and the next pass recovering.
+Documented behaviour: the write fails with a StoreError naming the file, the previous bytes stay, no temporary file
+is left behind, and the next write succeeds."""
 
 from __future__ import annotations
 
@@ -86,6 +87,37 @@ def test_a_state_directory_that_cannot_be_written(tmp_path, monkeypatch):
     with pytest.raises(StoreError, match="Read-only file system"):
         store.save(big_state(3))
     assert open(path, "rb").read() == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_read_only_filesystem_is_a_clear_error_and_the_next_pass_recovers(tmp_path):
+    """The state's filesystem remounted read-only (what the kernel does after an I/O error): a writer fails naming
+    the file and the cause, a reader still reads, nothing is lost; remounted read-write, the next write succeeds."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=False,
+                      stderr=subprocess.DEVNULL).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        path = str(mount / "state")
+        store = StateStore(path)
+        with store.locked():
+            store.save(big_state(1))
+        before = open(path, "rb").read()
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        with pytest.raises(StoreError, match="cannot open lock file %s.lock: Read-only file system" % path):
+            with store.locked():
+                store.save(big_state(2))
+        with pytest.raises(StoreError, match="cannot write state file %s: Read-only file system" % path):
+            store.save(big_state(2))  # even without the lock (a caller that skipped it)
+        assert StateStore(path, read_only=True).load() == big_state(1)
+        assert open(path, "rb").read() == before
+        subprocess.run(["mount", "-o", "remount,rw", str(mount)], check=True)
+        with store.locked():
+            assert store.save(big_state(2))
+        assert StateStore(path).load() == big_state(2) and leftovers(mount) == []
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_a_hundred_module_allocations_and_the_agent_together(tmp_path):
