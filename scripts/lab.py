@@ -155,6 +155,15 @@ class Lab:
                 raise RuntimeError("containerd did not start; see %s/containerd.log" % self.dir)
             time.sleep(0.05)
         time.sleep(0.2)
+        cri = getattr(self, "cri", None)
+        while cri is not None:  # a restart: the socket comes before the CRI plugin serves ("not initialized yet")
+            try:
+                cri.list_containers()
+                break
+            except runtime.ContainerRuntimeError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("containerd's CRI did not come back; see %s/containerd.log" % self.dir) from None
+                time.sleep(0.05)
 
     def stop_daemon(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -18,8 +18,9 @@ import re
 import select
 import signal
 import time
-from typing import Any, Callable, Dict, Optional, TextIO
+from typing import Any, Callable, Dict, FrozenSet, Optional, TextIO
 
+from .cpuset import CPUSet
 from .errors import ContainerRuntimeError, KubecpuError, RuntimeUnavailableError
 from .manager import NodeManager
 from .metrics import Metrics
@@ -56,6 +57,8 @@ class Agent:
         self.max_passes = max_passes
         self.clock = clock
         self.stopping: Optional[int] = None  # the signal that asked the loop to stop
+        self.home: FrozenSet[int] = frozenset(os.sched_getaffinity(0))  # where the agent may run at all
+        self.confined: FrozenSet[int] = self.home
         self.passes = 0
         self.failures = 0
 
@@ -119,6 +122,7 @@ class Agent:
         except (ContainerRuntimeError, KubecpuError, OSError) as exc:
             self._fail(str(exc), started)
             return False
+        self._confine(plan.after.default)
         doc = plan.to_dict()
         self.metrics.record(doc, self.clock() - started, self.manager.topology, plan.after,
                             self.manager.policy.reserved)
@@ -126,6 +130,22 @@ class Agent:
             self._say("info", "pass", actions=doc["actions"], errors=doc["errors"], runtime_calls=doc["runtime_calls"])
         self._write_metrics()
         return True
+
+    def _confine(self, shared: CPUSet) -> None:
+        """Keep the agent's own threads on the shared pool (which holds the reserved CPUs), off the CPUs it hands out
+        exclusively: a pass must not preempt a pinned workload. Every thread, since affinity is per thread."""
+        wanted = self.home.intersection(shared.as_frozenset()) if shared else self.home
+        if not wanted or wanted == self.confined:
+            return
+        try:
+            threads = [int(tid) for tid in os.listdir("/proc/self/task")]
+        except OSError:
+            threads = [0]
+        for tid in threads:
+            with contextlib.suppress(OSError):  # a thread that has just ended
+                os.sched_setaffinity(tid, wanted)
+        self.confined = wanted
+        self._say("info", "the agent runs on CPUs %s (the shared pool)" % CPUSet(wanted))
 
     def _fail(self, message: str, started: float) -> None:
         self.failures += 1

@@ -145,6 +145,9 @@ def test_agent_loop_pins_new_containers_survives_an_outage_and_stops_on_sigterm(
         while lab.cgroup_cpus(pod, pod["containers"]["app"]) != "1":
             assert time.monotonic() < deadline, "the agent did not pin the container"
             time.sleep(0.05)
+        while _thread_cpus(agent.pid) != {"0"}:  # the agent's own threads leave the CPU it handed out
+            assert time.monotonic() < deadline, _thread_cpus(agent.pid)
+            time.sleep(0.05)
         lab.stop_daemon(signal.SIGKILL)
         time.sleep(1)
         lab.start_daemon()
@@ -166,6 +169,15 @@ def test_agent_loop_pins_new_containers_survives_an_outage_and_stops_on_sigterm(
                  "cpu_manager_shared_pool_size_millicores 0", 'cpu_manager_allocation_per_numa{numa_node="0"} 1',
                  "kubecpu_drift_corrections_total 1", 'kubecpu_reconcile_passes_total{result="failure"}'):
         assert name in text, text
+
+
+def _thread_cpus(pid):
+    """Cpus_allowed_list of every thread of a process."""
+    found = set()
+    for tid in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/status" % (pid, tid), encoding="utf-8") as handle:
+            found.update(line.split(":", 1)[1].strip() for line in handle if line.startswith("Cpus_allowed_list"))
+    return found
 
 
 def lab_cpuset(text):
