@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 importlib.import_module("conftest")  # makes the collection importable from a checkout
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import cri_grpc, runtime  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ContainerRuntimeError  # noqa: E402
 BUSYBOX_IMAGE = "localhost/busybox:1.35.0"
 PAUSE_IMAGE = "localhost/pause:busybox"
 PACKAGES = ("containerd", "runc", "busybox-static")
@@ -160,7 +161,7 @@ class Lab:
             try:
                 cri.list_containers()
                 break
-            except runtime.ContainerRuntimeError:
+            except ContainerRuntimeError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("containerd's CRI did not come back; see %s/containerd.log" % self.dir) from None
                 time.sleep(0.05)
