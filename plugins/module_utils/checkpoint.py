@@ -181,7 +181,7 @@ class _TypeError(Exception):
     pass
 
 
-class _Object(list):
+class _Object(List[Tuple[str, Any]]):
     """A JSON object as its (key, value) pairs in document order."""
 
 

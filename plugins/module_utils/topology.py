@@ -10,7 +10,7 @@ them; test fixtures may declare other values, which the allocator then uses wher
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .cpuset import EMPTY, CPUSet
 from .errors import CPUSetError, TopologyError
@@ -42,7 +42,7 @@ class Counters(NamedTuple):
 
 
 def _index(cpus: Iterable[CPUInfo], attr: str) -> Dict[int, FrozenSet[int]]:
-    groups: Dict[int, set] = {}
+    groups: Dict[int, Set[int]] = {}
     for info in cpus:
         groups.setdefault(getattr(info, attr), set()).add(info.cpu)
     return {key: frozenset(members) for key, members in groups.items()}
@@ -125,7 +125,7 @@ class Topology:
 
     # --- queries (all over online CPUs) --------------------------------------------------------
     def _cpus_in(self, index: Mapping[int, FrozenSet[int]], ids: Iterable[int]) -> CPUSet:
-        out: set = set()
+        out: Set[int] = set()
         for unit in ids:
             out.update(index.get(unit, ()))
         return CPUSet._trusted(out)
@@ -152,7 +152,7 @@ class Topology:
 
     def core_siblings(self, cpus: Iterable[int]) -> CPUSet:
         """All CPUs sharing a core with any of ``cpus`` (the kubelet's reservedPhysicalCPUs)."""
-        out: set = set()
+        out: Set[int] = set()
         for cpu in cpus:
             if cpu not in self.loc:
                 raise TopologyError("unknown CPU ID: %d" % cpu)
@@ -162,7 +162,7 @@ class Topology:
     def whole_core_cpus(self, available: Iterable[int]) -> CPUSet:
         """CPUs of the cores all of whose CPUs are in ``available``."""
         avail = set(available)
-        out: set = set()
+        out: Set[int] = set()
         for members in self.core_cpus.values():
             if members <= avail:
                 out.update(members)
