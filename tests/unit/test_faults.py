@@ -5,6 +5,7 @@ is left behind, and the next write succeeds."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import subprocess
@@ -46,14 +47,21 @@ def test_an_injected_write_error_keeps_the_file_and_the_next_write_recovers(tmp_
     assert store.save(big_state(2)) and open(path, "rb").read() == encode(big_state(2))
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
-def test_a_really_full_disk(tmp_path):
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=False,
-                      stderr=subprocess.DEVNULL).returncode:
-        pytest.skip("cannot mount a tmpfs here")
+@contextlib.contextmanager
+def tmpfs(directory, size):
+    """A real tmpfs of ``size`` mounted at ``directory`` (root only), unmounted afterwards."""
+    directory.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", str(directory)],
+                                           check=False, stderr=subprocess.DEVNULL).returncode:
+        pytest.skip("mounting a tmpfs needs root")
     try:
+        yield directory
+    finally:
+        subprocess.run(["umount", str(directory)], check=False)
+
+
+def test_a_really_full_disk(tmp_path):
+    with tmpfs(tmp_path / "small", "64k") as mount:
         path = str(mount / "state")
         store = StateStore(path)
         store.save(big_state(1))
@@ -70,8 +78,6 @@ def test_a_really_full_disk(tmp_path):
         os.unlink(mount / "filler")
         assert store.save(big_state(400))  # room again: the next pass recovers
         assert StateStore(path).load() == big_state(400)
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_a_state_directory_that_cannot_be_written(tmp_path, monkeypatch):
@@ -89,16 +95,10 @@ def test_a_state_directory_that_cannot_be_written(tmp_path, monkeypatch):
     assert open(path, "rb").read() == before
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 def test_a_read_only_filesystem_is_a_clear_error_and_the_next_pass_recovers(tmp_path):
     """The state's filesystem remounted read-only (what the kernel does after an I/O error): a writer fails naming
     the file and the cause, a reader still reads, nothing is lost; remounted read-write, the next write succeeds."""
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=False,
-                      stderr=subprocess.DEVNULL).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
+    with tmpfs(tmp_path / "ro", "1m") as mount:
         path = str(mount / "state")
         store = StateStore(path)
         with store.locked():
@@ -116,8 +116,6 @@ def test_a_read_only_filesystem_is_a_clear_error_and_the_next_pass_recovers(tmp_
         with store.locked():
             assert store.save(big_state(2))
         assert StateStore(path).load() == big_state(2) and leftovers(mount) == []
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_a_hundred_module_allocations_and_the_agent_together(tmp_path):
