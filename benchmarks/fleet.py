@@ -9,7 +9,7 @@ restarts and health gates really run; the agent role is left out of the rollout 
 on the host itself (the Molecule podman scenario covers it on real systemd nodes). The rollout keeps its canary
 batching (serial: 1, then 20%). Wall time of each ansible-playbook run, on this machine.
 
-    python benchmarks/fleet.py [--nodes 200] [--forks 10,50] [--quick]
+    python benchmarks/fleet.py [--nodes 200] [--forks 10,50] [--one-size] [--only PLAYBOOK] [--quick]
 """
 
 from __future__ import annotations
@@ -99,10 +99,12 @@ def _outcome(directory: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=200, help="the largest fleet (also run at a quarter of it)")
+    parser.add_argument("--only", choices=("plan.yml", "report.yml", "rollout.yml"), help="run this playbook only")
     parser.add_argument("--forks", default="10,50", help="comma-separated fork counts")
     parser.add_argument("--quick", action="store_true", help="8 nodes, forks 4 (a smoke run for the test suite)")
+    parser.add_argument("--one-size", action="store_true", help="only the largest fleet")
     args = parser.parse_args()
-    sizes = [8] if args.quick else sorted({max(4, args.nodes // 4), args.nodes})
+    sizes = [8] if args.quick else [args.nodes] if args.one_size else sorted({max(4, args.nodes // 4), args.nodes})
     forks = [4] if args.quick else [int(f) for f in args.forks.split(",")]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -116,10 +118,14 @@ def main() -> int:
             for count in forks:
                 for playbook, extra in (("plan.yml", {"kubecpu_plan_file": os.path.join(mixed, "plan.json")}),
                                         ("report.yml", {"kubecpu_report_dir": os.path.join(mixed, "report")})):
+                    if args.only not in (None, playbook):
+                        continue
                     log = os.path.join(work, "%s-%d-%d.log" % (playbook, nodes, count))
                     rows.append((playbook, nodes, count, _play(env, playbook, os.path.join(mixed, "inventory.yml"),
                                                                count, extra, log=log)))
                     print("%-11s %4d nodes  forks %3d  %7.1f s" % rows[-1], flush=True)
+                if args.only not in (None, "rollout.yml"):
+                    continue
                 kubelets = os.path.join(work, "kubelet-%d-%d" % (nodes, count))
                 fleet.build(kubelets, nodes, sys.executable, kinds=("kubelet-none", "kubelet-static", "kubelet-moved"))
                 extra = {"kubelet_cpu_manager_health_url": health, "kubelet_cpu_manager_health_settle": 0}
