@@ -134,8 +134,8 @@ def main() -> int:
                     kubelets, "inventory.yml"), count, extra, log=log)))
                 print("%-11s %4d nodes  forks %3d  %7.1f s  (%s)" % (rows[-1] + (_outcome(kubelets),)), flush=True)
     server.shutdown()
-    print("\n%-11s %6s %6s %9s %12s %14s %16s" % ("playbook", "nodes", "forks", "wall s", "s per node",
-                                                "vs fewer forks", "vs fewer nodes"))
+    header = ("playbook", "nodes", "forks", "wall s", "s per node", "vs fewer forks", "vs fewer nodes")
+    print("\n%-11s %6s %6s %9s %12s %14s %16s" % header)
     times = {(name, nodes, count): seconds for name, nodes, count, seconds in rows}
     for name, nodes, count, seconds in rows:
         by_forks = times.get((name, nodes, forks[0]))
