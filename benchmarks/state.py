@@ -52,8 +52,7 @@ def _release(store: StateStore, policy: StaticPolicy, uid: str) -> None:
 
 
 def _forget() -> None:
-    """Empty the codec's caches, as in a process that has not read or written the file yet."""
-    checkpoint._last_checksum[0] = (b"", 0)
+    """Empty the codec's cache, as in a process that has not read the file yet."""
     checkpoint._parse_cpus.cache_clear()
 
 

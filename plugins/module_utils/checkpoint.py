@@ -56,31 +56,12 @@ def fnv1a32(data: bytes) -> int:
     return value
 
 
-# The checksum of the text seen last: the file a process reads is usually the one it wrote.
-_last_checksum: List[Tuple[bytes, int]] = [(b"", FNV32_OFFSET)]
-
-
-def _remembered_fnv(text: bytes) -> int:
-    seen, value = _last_checksum[0]
-    if text != seen:
-        value = fnv1a32(text)
-        _last_checksum[0] = (text, value)
-    return value
-
-
 def _spew_map(value: Any, order: Callable[[Iterable[Tuple[str, Any]]], List[Tuple[str, Any]]] = sorted) -> str:
     """spew's %#v of a map with SortKeys/SpewKeys: ``map[k:v ...]`` sorted, ``<nil>`` for a nil map."""
     if value is None:
         return "<nil>"
-    out = []
-    for key, inner in order(value.items()):
-        if isinstance(inner, str):
-            out.append("%s:%s" % (key, inner))
-        elif inner is not None and len(inner) == 1:  # the usual pod, one container: nothing to sort
-            out.append("%s:map[%s:%s]" % ((key,) + next(iter(inner.items()))))
-        else:
-            out.append("%s:%s" % (key, _spew_map(inner, order)))
-    return "map[%s]" % " ".join(out)
+    return "map[%s]" % " ".join("%s:%s" % (key, inner if isinstance(inner, str) else _spew_map(inner, order))
+                                for key, inner in order(value.items()))
 
 
 def _byte_order(items: Iterable[Tuple[str, Any]]) -> List[Tuple[str, Any]]:
@@ -98,7 +79,7 @@ def _spew_entries(entries: Optional[Mapping[str, Any]]) -> str:
 def _checksum_of(policy_name: str, default: str, kind: str, spewed: str) -> int:
     text = ("(*state.CPUManagerCheckpoint){PolicyName:(string)%s DefaultCPUSet:(string)%s Entries:(%s)%s "
             "Checksum:(checksum.Checksum)0}" % (policy_name, default, kind, spewed))
-    return _remembered_fnv(text.encode("utf-8", "surrogatepass"))
+    return fnv1a32(text.encode("utf-8", "surrogatepass"))
 
 
 def checksum(policy_name: str, default: str, entries: Optional[Mapping[str, Any]], version: str = "v2") -> int:

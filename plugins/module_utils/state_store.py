@@ -143,7 +143,6 @@ class StateStore:
         current = self.read_bytes()
         if current == data:
             return False
-        self._known = None
         if current is None:
             self._ensure_directory()
         tmp = None

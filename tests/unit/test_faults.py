@@ -7,16 +7,25 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
+import signal
 import subprocess
+import sys
+import time
 
+import ansible
+import fake_crictl
 import pytest
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import StoreError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import NodeConfig, build_manager
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
+
+from kubelet_cases import ROOT, collections_path
 
 
 def big_state(entries):
@@ -124,22 +133,14 @@ def test_a_hundred_module_allocations_and_the_agent_together(tmp_path):
     runtime lists 100 new Guaranteed 1-CPU pods. Whoever comes first allocates; nobody double-books a CPU, every
     module run succeeds, the runtime ends up with what the state says, and the file stays valid. Concurrent runs
     share their inspections through the container cache, which each reads again under the lock."""
-    import json
-    import signal
-    import sys
-    import time
 
-    import fake_crictl
-    from kubelet_cases import ROOT, collections_path
 
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import NodeConfig, build_manager
 
     node = fake_crictl.make_node(str(tmp_path), cpus="0-127")
     added = fake_crictl.add_guaranteed(str(tmp_path), 100, "0-127")
     state = str(tmp_path / "state")
     common = {"state_path": state, "crictl_path": node["crictl"], "cgroup_root": node["cgroup"],
               "topology_path": node["topology"], "num_reserved": 2, "kubelet_state_path": str(tmp_path / "none")}
-    import ansible
     # the collection and the ansible-core this test runs with (ansible-test units puts it on sys.path itself)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([collections_path(), os.path.dirname(os.path.dirname(
         ansible.__file__))]))
