@@ -133,9 +133,6 @@ def test_a_hundred_module_allocations_and_the_agent_together(tmp_path):
     runtime lists 100 new Guaranteed 1-CPU pods. Whoever comes first allocates; nobody double-books a CPU, every
     module run succeeds, the runtime ends up with what the state says, and the file stays valid. Concurrent runs
     share their inspections through the container cache, which each reads again under the lock."""
-
-
-
     node = fake_crictl.make_node(str(tmp_path), cpus="0-127")
     added = fake_crictl.add_guaranteed(str(tmp_path), 100, "0-127")
     state = str(tmp_path / "state")
