@@ -150,6 +150,9 @@ state_file:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import import compile_once
+
+compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (
     STATE_ARGS, node_config, numa_affinity, plan_result, run_module)

@@ -101,6 +101,9 @@ notes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import import compile_once
+
+compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import OptionError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (
