@@ -2,13 +2,13 @@
 # Apache License 2.0 (see LICENSE)
 """The core compiled once per module run inside Ansible's module zip (AnsiballZ).
 
-An Ansible module ships its module_utils in a zip, where Python keeps no bytecode and compiles every module
-from source on every run. Before Python 3.13, zipimport compiles each module twice: its ``find_spec`` asks
-``get_filename``, which compiles the module only to learn its path, and the loader then compiles it again.
-The core is most of what a kubecpu module runs, so that doubles its largest cost (40 ms of a module's run on a
-2-CPU VM, ``benchmarks/reconcile.py`` section 3). ``compile_once()``, called by each module before it imports
-the core, puts a finder in front that serves the core's modules from the same zip, each compiled once. Imported
-from files (``bin/kubecpu``, the tests) it changes nothing.
+An Ansible module ships its module_utils in a zip, where Python keeps no bytecode and compiles every module from
+source on every run, and CPython's zipimport compiles each module twice (python/cpython#141276, open through 3.14):
+its ``find_spec`` asks ``get_filename``, which compiles the module only to learn its path, and the loader then
+compiles it again. The core is most of what a kubecpu module runs, so that doubles its largest cost (40 ms of a
+module's run on a 2-CPU VM, ``benchmarks/reconcile.py`` section 3). ``compile_once()``, called by each module
+before it imports the core, puts a finder in front that serves the core's modules from the same zip, each compiled
+once. Imported from files (``bin/kubecpu``, the tests) it changes nothing.
 """
 
 from __future__ import annotations
