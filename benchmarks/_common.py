@@ -11,7 +11,7 @@ from typing import Callable, List, Tuple
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 importlib.import_module("conftest")  # makes the collection and the test helpers importable
 
-from generated import generated  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated  # noqa: E402
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology import Topology  # noqa: E402
 

@@ -20,7 +20,7 @@ import random
 from functools import partial
 
 from _common import percentiles, timed
-from generated import generated
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.hints import (

@@ -31,9 +31,9 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.manager import
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.policy import new_policy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
 
-from fake_crictl import make_node
-from fake_runtime import FakeRuntime
-from generated import generated
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import make_node
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_runtime import FakeRuntime
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

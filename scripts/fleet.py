@@ -25,11 +25,11 @@ import sys
 from typing import Any, Dict, List, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "unit")]
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 importlib.import_module("conftest")  # makes ansible_collections.kubecpu.cpu_manager importable
-import fake_crictl  # noqa: E402
-import fake_sysfs  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_crictl  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs  # noqa: E402
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode  # noqa: E402
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet  # noqa: E402
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState  # noqa: E402

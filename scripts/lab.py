@@ -24,14 +24,121 @@ import tempfile
 import time
 import importlib
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 importlib.import_module("conftest")  # makes the collection importable from a checkout
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import cri_grpc, runtime  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import cri_grpc  # noqa: E402
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ContainerRuntimeError  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.proto_schema import Schema  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.cri_units import (  # noqa: E402
+    milli_to_quota, milli_to_shares)
+
+# The kubelet's side of the CRI (creating pods), which kubecpu itself never calls: CRI v1 names and numbers.
+_NS = [("network", 1, "NamespaceMode"), ("pid", 2, "NamespaceMode"), ("ipc", 3, "NamespaceMode"),
+       ("target_id", 4, "string")]
+_POD_META = [("name", 1, "string"), ("uid", 2, "string"), ("namespace", 3, "string"), ("attempt", 4, "uint32")]
+_SANDBOX_ID = [("pod_sandbox_id", 1, "string")]
+_CONTAINER_ID = [("container_id", 1, "string")]
+LAB_MESSAGES = {
+    "NamespaceOption": _NS,
+    "LinuxSandboxSecurityContext": [("namespace_options", 1, "NamespaceOption")],
+    "LinuxPodSandboxConfig": [("cgroup_parent", 1, "string"), ("security_context", 2, "LinuxSandboxSecurityContext")],
+    "PodSandboxMetadata": _POD_META,
+    "PodSandboxConfig": [("metadata", 1, "PodSandboxMetadata"), ("hostname", 2, "string"),
+                         ("log_directory", 3, "string"), ("labels", 6, "map"), ("annotations", 7, "map"),
+                         ("linux", 8, "LinuxPodSandboxConfig")],
+    "RunPodSandboxRequest": [("config", 1, "PodSandboxConfig"), ("runtime_handler", 2, "string")],
+    "RunPodSandboxResponse": _SANDBOX_ID,
+    "StopPodSandboxRequest": _SANDBOX_ID, "RemovePodSandboxRequest": _SANDBOX_ID, "Empty": [],
+    "ListPodSandboxRequest": [],
+    "PodSandbox": [("id", 1, "string"), ("metadata", 2, "PodSandboxMetadata"), ("state", 3, "PodSandboxState"),
+                   ("created_at", 4, "int64"), ("labels", 5, "map")],
+    "ListPodSandboxResponse": [("items", 1, "[]PodSandbox")],
+    "ImageSpec": [("image", 1, "string"), ("annotations", 2, "map"), ("user_specified_image", 18, "string")],
+    "KeyValue": [("key", 1, "string"), ("value", 2, "string")],
+    "LinuxContainerResources": cri_grpc.MESSAGES["LinuxContainerResources"],
+    "LinuxContainerSecurityContext": [("namespace_options", 3, "NamespaceOption")],
+    "LinuxContainerConfig": [("resources", 1, "LinuxContainerResources"),
+                             ("security_context", 2, "LinuxContainerSecurityContext")],
+    "ContainerMetadata": cri_grpc.MESSAGES["ContainerMetadata"],
+    "ContainerConfig": [("metadata", 1, "ContainerMetadata"), ("image", 2, "ImageSpec"), ("command", 3, "[]string"),
+                        ("args", 4, "[]string"), ("working_dir", 5, "string"), ("envs", 6, "[]KeyValue"),
+                        ("labels", 9, "map"), ("annotations", 10, "map"), ("log_path", 11, "string"),
+                        ("linux", 15, "LinuxContainerConfig")],
+    "CreateContainerRequest": [("pod_sandbox_id", 1, "string"), ("config", 2, "ContainerConfig"),
+                               ("sandbox_config", 3, "PodSandboxConfig")],
+    "CreateContainerResponse": _CONTAINER_ID,
+    "StartContainerRequest": _CONTAINER_ID, "RemoveContainerRequest": _CONTAINER_ID,
+    "StopContainerRequest": [("container_id", 1, "string"), ("timeout", 2, "int64")],
+}
+LAB_ENUMS = {"NamespaceMode": ["POD", "CONTAINER", "NODE", "TARGET"],
+             "PodSandboxState": ["SANDBOX_READY", "SANDBOX_NOTREADY"]}
+
+
+class LabPod(NamedTuple):
+    id: str
+    uid: str
+    name: str
+    namespace: str
+    state: str
+
+
+class LabCRI(cri_grpc.CRIRuntime):
+    """kubecpu's CRI backend plus the kubelet's calls that create and remove pods and containers."""
+
+    def __init__(self, endpoint: str, timeout: float) -> None:
+        super().__init__(endpoint, timeout)
+        self.lab = Schema("kubecpu/lab_cri_v1.proto", "runtime.v1", LAB_MESSAGES, LAB_ENUMS)
+
+    def _message(self, name: str, doc: Dict[str, Any]) -> Any:
+        from google.protobuf import json_format  # noqa: PLC0415  # needs protobuf, which the lab has
+
+        return json_format.ParseDict(dict(doc), getattr(self.lab, name)(), ignore_unknown_fields=True)
+
+    def run_pod_sandbox(self, config: Dict[str, Any]) -> str:
+        request = self.lab.RunPodSandboxRequest(config=self._message("PodSandboxConfig", config))
+        return str(self.call("RunPodSandbox", request, self.lab.RunPodSandboxResponse).pod_sandbox_id)
+
+    def create_container(self, sandbox_id: str, config: Dict[str, Any], sandbox_config: Dict[str, Any]) -> str:
+        request = self.lab.CreateContainerRequest(pod_sandbox_id=sandbox_id,
+                                                  config=self._message("ContainerConfig", config),
+                                                  sandbox_config=self._message("PodSandboxConfig", sandbox_config))
+        return str(self.call("CreateContainer", request, self.lab.CreateContainerResponse).container_id)
+
+    def start_container(self, container_id: str) -> None:
+        self.call("StartContainer", self.lab.StartContainerRequest(container_id=container_id), self.lab.Empty,
+                  target=container_id)
+
+    def stop_container(self, container_id: str, timeout: int = 0) -> None:
+        self.call("StopContainer", self.lab.StopContainerRequest(container_id=container_id, timeout=timeout),
+                  self.lab.Empty, target=container_id)
+
+    def remove_container(self, container_id: str) -> None:
+        self.call("RemoveContainer", self.lab.RemoveContainerRequest(container_id=container_id), self.lab.Empty,
+                  target=container_id)
+
+    def remove_pod_sandbox(self, sandbox_id: str) -> None:
+        with contextlib.suppress(ContainerRuntimeError):
+            self.call("StopPodSandbox", self.lab.StopPodSandboxRequest(pod_sandbox_id=sandbox_id), self.lab.Empty,
+                      target=sandbox_id)
+        self.call("RemovePodSandbox", self.lab.RemovePodSandboxRequest(pod_sandbox_id=sandbox_id), self.lab.Empty,
+                  target=sandbox_id)
+
+    def list_pods(self) -> List[LabPod]:
+        reply = self.call("ListPodSandbox", self.lab.ListPodSandboxRequest(), self.lab.ListPodSandboxResponse)
+        return [LabPod(item.id, item.metadata.uid, item.metadata.name, item.metadata.namespace,
+                       self.lab.enum_name("PodSandboxState", item.state)) for item in reply.items]
+
+    def status_info(self, container_id: str) -> Dict[str, Any]:
+        """The runtime's verbose info of a container (containerd: pid, runtimeSpec, config)."""
+        reply = self.call("ContainerStatus", self.pb.ContainerStatusRequest(container_id=container_id, verbose=True),
+                          self.pb.ContainerStatusResponse, target=container_id)
+        return dict(json.loads(dict(reply.info)["info"]))
+
+
 BUSYBOX_IMAGE = "localhost/busybox:1.35.0"
 PAUSE_IMAGE = "localhost/pause:busybox"
 PACKAGES = ("containerd", "runc", "busybox-static")
@@ -143,7 +250,7 @@ class Lab:
                 handle.write(_image_tar(tag, cmd))
             subprocess.run(["ctr", "-a", self.socket, "-n", "k8s.io", "images", "import", path], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.cri = cri_grpc.CRIRuntime(self.endpoint, timeout=10.0, codegen_dir=os.path.join(self.dir, "gen"))
+        self.cri = LabCRI(self.endpoint, timeout=10.0)
         self.image_id = self._image_id(BUSYBOX_IMAGE)
 
     def start_daemon(self) -> None:
@@ -210,8 +317,8 @@ class Lab:
         cpu = spec.get("cpu")
         limit = spec.get("limit", cpu if pod["qos"] == "Guaranteed" else None)
         memory = spec.get("memory", 64 << 20 if pod["qos"] == "Guaranteed" else 0)
-        resources = {"cpu_period": 100000, "cpu_shares": runtime.milli_to_shares(cpu or 0),
-                     "cpu_quota": runtime.milli_to_quota(limit or 0),
+        resources = {"cpu_period": 100000, "cpu_shares": milli_to_shares(cpu or 0),
+                     "cpu_quota": milli_to_quota(limit or 0),
                      "memory_limit_in_bytes": memory or 0, "oom_score_adj": -997 if pod["qos"] == "Guaranteed" else 999}
         labels = dict(pod["sandbox"]["labels"], **{"io.kubernetes.container.name": spec["name"]})
         config = {"metadata": {"name": spec["name"], "attempt": attempt},
@@ -250,8 +357,7 @@ class Lab:
 
     def allowed_cpus(self, cid: str) -> str:
         """Cpus_allowed_list of the container's first process."""
-        info = json.loads(dict(self.cri._call("ContainerStatus", self.cri.pb.ContainerStatusRequest(
-            container_id=cid, verbose=True), "ContainerStatusResponse").info)["info"])
+        info = self.cri.status_info(cid)
         with open("/proc/%d/status" % info["pid"], encoding="utf-8") as handle:
             for line in handle:
                 if line.startswith("Cpus_allowed_list:"):

@@ -29,8 +29,3 @@ def _collections_path() -> str:
 
 if _collections_path() not in sys.path:
     sys.path.insert(0, _collections_path())
-
-# shared test helpers (kubelet_cases, fake sysfs builders)
-_HELPERS = os.path.join(ROOT, "tests", "unit")
-if _HELPERS not in sys.path:
-    sys.path.insert(0, _HELPERS)

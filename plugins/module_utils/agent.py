@@ -48,6 +48,7 @@ class Agent:
     def __init__(self, manager: NodeManager, period: float, log: TextIO, metrics_path: Optional[str] = None, *,
                  max_backoff: float = 30.0, max_passes: Optional[int] = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """``max_passes`` ends the loop after that many passes (tests); ``clock`` is the loop's time source."""
         self.manager = manager
         self.period = period
         self.log = log
@@ -105,8 +106,7 @@ class Agent:
             signal.set_wakeup_fd(previous_wakeup)
             os.close(wake_read)
             os.close(wake_write)
-            if self.manager.runtime is not None:
-                self.manager.runtime.close()
+            self.manager.close()
         if self.stopping is not None:
             self._say("info", "received %s, stopped after the pass in progress" % signal.Signals(self.stopping).name)
         self._say("info", "agent stopped", passes=self.passes, failed_passes=self.failures)

@@ -17,7 +17,7 @@ import struct
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
 from .cpuset import CPUSet
-from .errors import CPUSetError
+from .errors import CPUSetError, RestoreFailure
 from .state import CPUState
 
 FNV32_OFFSET = 2166136261
@@ -27,10 +27,6 @@ V2_FIELDS = ("policyName", "defaultCpuSet", "entries", "checksum")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 V2_MAP = "map[string]map[string]string"
 V1_MAP = "map[string]string"
-
-
-class RestoreFailure(Exception):
-    """The kubelet's inner restore error text (the store wraps it with the file name)."""
 
 
 class Restored(NamedTuple):

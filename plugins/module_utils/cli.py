@@ -14,31 +14,26 @@ import json
 import sys
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
+from .agent import Agent, parse_duration
+from .config import (DEFAULT_CGROUP_ROOT, DEFAULT_STATE_PATH, DEFAULT_TIMEOUT, ISOLATED_MODES, KUBELET_STATE_PATH,
+                     QUOTA_MODES, RUNTIMES, NodeConfig)
 from .cpuset import CPUSet
+from .demo import run_demo
 from .discovery import discover
-from .errors import (AllocationError, CheckpointError, CPUSetError, KubecpuError, OptionError, PodSpecError,
-                     PolicyError, StateError, StoreError, TopologyError)
+from .errors import ConfigError, CPUSetError, KubecpuError, PodSpecError, StateError, UsageError
 from .hints import container_hints, hints_document, pod_hints
+from .manager import NodeManager
+from .metrics import Metrics
+from .node import build_manager, build_policy, check_cpus_known
 from .options import ALL_OPTIONS, parse_option_args, parse_options, validate_for_machine
 from .pod import Pod
-from .agent import Agent, parse_duration
-from .cgroups import DEFAULT_ROOT
-from .manager import ISOLATED_MODES, QUOTA_MODES, ManagerOptions, NodeManager
-from .metrics import Metrics
-from .node import RUNTIMES, NodeConfig, build_manager, build_policy, check_cpus_known
-from .policy import POLICY_NAMES, STATIC, Policy, StaticPolicy, check_numa_nodes, plan
+from .policy import POLICY_NAMES, STATIC, Policy, check_numa_nodes, plan
 from .state import CPUState
-from .state_store import DEFAULT_PATH, KUBELET_PATH, StateStore
+from .state_store import StateStore
 from .topology import Topology, parse_numa_distances
-from .topology_manager import (POLICIES, SCOPES, TopologyManager, TopologyManagerError, parse_policy_options,
-                               parse_providers)
+from .topology_manager import POLICIES, SCOPES, TopologyManager, parse_policy_options, parse_providers
 
-REFUSED = (AllocationError, StateError, CheckpointError, StoreError)
 VERSION = "0.3.0"
-
-
-class UsageError(KubecpuError):
-    """Bad command-line arguments (exit 2)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -78,7 +73,7 @@ def _policy_args(parser: argparse.ArgumentParser) -> None:
 def _state_args(parser: argparse.ArgumentParser) -> None:
     _topology_args(parser)
     _policy_args(parser)
-    parser.add_argument("--state", metavar="FILE", default=DEFAULT_PATH,
+    parser.add_argument("--state", metavar="FILE", default=DEFAULT_STATE_PATH,
                         help="checkpoint file (default %(default)s)")
     parser.add_argument("--policy", choices=POLICY_NAMES, default=STATIC, help="CPU manager policy")
     parser.add_argument("--num-reserved", type=_count_arg, metavar="N",
@@ -150,7 +145,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loop", action="store_true", help="run as the agent: a pass every --period until SIGTERM")
     p.add_argument("--period", type=_duration_arg, default=10.0, metavar="DURATION",
                    help="time between passes with --loop (10s, 500ms, 1m; default 10s)")
-    p.add_argument("--max-passes", type=_count_arg, metavar="N", help=argparse.SUPPRESS)
     p.add_argument("--metrics-path", metavar="FILE", help="write Prometheus textfile metrics here after each pass")
     p.add_argument("--check", action="store_true", help="only report the plan: change nothing")
     p.add_argument("--config", metavar="FILE",
@@ -172,13 +166,11 @@ def _duration_arg(text: str) -> float:
 
 
 def _seconds_arg(text: str) -> float:
+    """A number of seconds (its range is the configuration's to check)."""
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError('invalid timeout "%s": seconds expected' % text) from None
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError('invalid timeout "%s": must be more than 0 and at most 3600' % text)
-    return value
 
 
 def _runtime_args(parser: argparse.ArgumentParser) -> None:
@@ -186,11 +178,11 @@ def _runtime_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runtime-endpoint", metavar="URL",
                         help="CRI endpoint, e.g. unix:///run/containerd/containerd.sock (default: what crictl uses)")
     parser.add_argument("--crictl", default="crictl", metavar="PATH", help="crictl binary (default: from PATH)")
-    parser.add_argument("--runtime-timeout", type=_seconds_arg, default=2.0, metavar="SECONDS",
+    parser.add_argument("--runtime-timeout", type=_seconds_arg, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help="timeout of each runtime call (default 2)")
-    parser.add_argument("--cgroup-root", default=DEFAULT_ROOT, metavar="DIR",
+    parser.add_argument("--cgroup-root", default=DEFAULT_CGROUP_ROOT, metavar="DIR",
                         help="cgroupfs mount (default %(default)s)")
-    parser.add_argument("--kubelet-state", default=KUBELET_PATH, metavar="FILE",
+    parser.add_argument("--kubelet-state", default=KUBELET_STATE_PATH, metavar="FILE",
                         help="the kubelet's checkpoint: kubecpu refuses to act when it says static")
     parser.add_argument("--force", action="store_true", help="act even though the kubelet pins CPUs itself")
     parser.add_argument("--cache", metavar="FILE", help="container cache (default <state>.containers.json)")
@@ -320,11 +312,9 @@ def _start(policy: Policy, state: CPUState, store: StateStore) -> None:
 
 
 def _manager(args: argparse.Namespace, topo: Topology) -> NodeManager:
+    config = _node_config(args)
     policy = _policy_for(args, topo)
-    options = ManagerOptions(topology_manager_policy=getattr(args, "topology_manager_policy", "none"),
-                             topology_manager_scope=getattr(args, "topology_manager_scope", "container"),
-                             topology_manager_options=parse_option_args(getattr(args, "topology_manager_option", [])))
-    return NodeManager(topo, policy, _store(args, policy.name), options=options)
+    return NodeManager(topo, policy, _store(args, policy.name), options=config.options)
 
 
 def cmd_allocate(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
@@ -347,15 +337,17 @@ def cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextI
     return 0
 
 
+# flag destination -> setting name, where they differ
+_SETTING_NAMES = {"state": "state_path", "topology": "topology_path", "crictl": "crictl_path",
+                  "kubelet_state": "kubelet_state_path", "cache": "cache_path"}
+
+
 def _node_config(args: argparse.Namespace) -> NodeConfig:
-    return NodeConfig(
-        state_path=args.state, policy=args.policy, reserved_cpus=args.reserved_cpus, num_reserved=args.num_reserved,
-        policy_options=parse_option_args(args.option), topology_path=args.topology, sysfs_root=args.sysfs_root,
-        read_only=args.read_only, runtime=args.runtime, runtime_endpoint=args.runtime_endpoint,
-        crictl_path=args.crictl, runtime_timeout=args.runtime_timeout, cgroup_root=args.cgroup_root,
-        kubelet_state_path=args.kubelet_state, force=args.force, cache_path=args.cache,
-        options=ManagerOptions(args.isolated_cpus, args.align_memory, args.cpu_quota, args.topology_manager_policy,
-                               args.topology_manager_scope, parse_option_args(args.topology_manager_option)))
+    """The flags as the node's settings (``NodeConfig`` validates each)."""
+    values = {_SETTING_NAMES.get(name, name): value for name, value in vars(args).items()}
+    values["policy_options"] = parse_option_args(getattr(args, "option", []))
+    values["topology_manager_policy_options"] = parse_option_args(getattr(args, "topology_manager_option", []))
+    return NodeConfig.from_mapping(values)
 
 
 def cmd_reconcile(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
@@ -363,13 +355,9 @@ def cmd_reconcile(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: Tex
     topo = load_topology(args, stdin)
     manager = build_manager(config, with_runtime=True, topology=topo)
     if args.loop:
-        agent = Agent(manager, args.period, err, args.metrics_path, max_passes=args.max_passes)
-        return agent.run()
-    try:
+        return Agent(manager, args.period, err, args.metrics_path).run()
+    with manager:
         plan = manager.reconcile(apply=not args.check)
-    finally:
-        if manager.runtime is not None:
-            manager.runtime.close()
     doc = plan.to_dict()
     if args.metrics_path:
         metrics = Metrics()
@@ -397,72 +385,8 @@ def cmd_state(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO)
     return 0
 
 
-SAMPLE_PODS: Tuple[Dict[str, Any], ...] = (
-    {"uid": "demo-0001", "namespace": "net", "name": "dpdk-forwarder", "containers": [
-        {"name": "fwd", "cpu_request": "2", "cpu_limit": "2", "memory_request": "1Gi", "memory_limit": "1Gi"}]},
-    {"uid": "demo-0002", "namespace": "trading", "name": "matcher", "init_containers": [
-        {"name": "warmup", "cpu_request": "1", "cpu_limit": "1", "memory_request": "256Mi",
-         "memory_limit": "256Mi"}], "containers": [
-        {"name": "engine", "cpu_request": "1", "cpu_limit": "1", "memory_request": "512Mi",
-         "memory_limit": "512Mi"}]},
-    {"uid": "demo-0003", "namespace": "ml", "name": "inference", "containers": [
-        {"name": "model", "cpu_request": "1500m", "cpu_limit": "1500m", "memory_request": "2Gi",
-         "memory_limit": "2Gi"}]},
-    {"uid": "demo-0004", "namespace": "web", "name": "frontend", "containers": [
-        {"name": "nginx", "cpu_request": "250m", "memory_request": "64Mi"}]},
-)
-
-
 def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
-    topo = load_topology(args, stdin)
-    count = min(args.num_reserved, len(topo.all_cpus))
-    policy = StaticPolicy(topo, count, None, parse_option_args(args.option))
-    state = CPUState(STATIC)
-    policy.start(state)
-    rows = []
-    for doc in SAMPLE_PODS:
-        pod = Pod.from_dict(doc)
-        for container in pod.all_containers():
-            row: Dict[str, Any] = {"pod": "%s/%s" % (pod.namespace, pod.name), "container": container.name,
-                                   "qos": pod.qos_class(), "cpu_request": str(doc_request(doc, container.name))}
-            try:
-                result = policy.allocate(state, pod, container.name)
-                row.update(cpus=str(result.cpus), exclusive=result.exclusive)
-            except AllocationError as exc:
-                row.update(cpus=None, exclusive=False, refused=str(exc))
-            rows.append(row)
-    report: Dict[str, Any] = {
-        "topology": dict(topo.summary(), source=topo.source), "reserved": str(policy.reserved),
-        "options": policy.options.enabled(), "containers": rows, "shared_pool": str(state.default),
-        "checkpoint": state.to_dict()}
-    if args.json:
-        _emit(out, report)
-        return 0
-    s = topo.summary()
-    counts = [_plural(s[key], word) for key, word in (("cpus", "CPU"), ("cores", "core"), ("sockets", "socket"), (
-        "numa_nodes", "NUMA node"), ("uncore_caches", "uncore cache"), ("threads_per_core", "thread"))]
-    out.write("Node (%s): %s per core\n" % (topo.source, ", ".join(counts)))
-    options = ", ".join(policy.options.enabled()) or "none"
-    out.write("Static policy: reserved CPUs %s, options: %s\n\n" % (policy.reserved or "none", options))
-    out.write("%-26s %-10s %-11s %-8s %s\n" % ("POD/CONTAINER", "QOS", "CPU REQUEST", "PINNED", "CPUS"))
-    for row in rows:
-        cpus = row["cpus"] if row["cpus"] is not None else "refused: " + row["refused"]
-        name = "%s/%s" % (row["pod"], row["container"])
-        pinned = "yes" if row["exclusive"] else "no"
-        out.write("%-26s %-10s %-11s %-8s %s\n" % (name, row["qos"], row["cpu_request"], pinned, cpus))
-    out.write("\nShared pool after these allocations: %s\n" % (state.default or "(empty)"))
-    return 0
-
-
-def _plural(count: int, word: str) -> str:
-    return "%d %s%s" % (count, word, "" if count == 1 else "s")
-
-
-def doc_request(doc: Dict[str, Any], name: str) -> str:
-    for item in doc.get("init_containers", []) + doc["containers"]:
-        if item["name"] == name:
-            return item.get("cpu_request") or item.get("cpu_limit") or "-"
-    return "-"
+    return run_demo(args, load_topology(args, stdin), out)
 
 
 COMMANDS = {"topology": cmd_topology, "plan": cmd_plan, "hints": cmd_hints, "merge": cmd_merge,
@@ -510,11 +434,7 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout, err: Te
             rest = given[given.index(args.command) + 1:]
             args = parser.parse_args([args.command] + config_arguments(args.config) + rest)
         return COMMANDS[args.command](args, out, err, stdin)
-    except REFUSED as exc:
-        err.write("%s\n" % exc)
-        return 1
-    except (UsageError, OptionError, PolicyError, CPUSetError, TopologyError, PodSpecError,
-            TopologyManagerError) as exc:
+    except ConfigError as exc:
         err.write("%s\n" % exc)
         return 2
     except KubecpuError as exc:

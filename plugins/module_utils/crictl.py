@@ -20,12 +20,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .cpuset import CPUSet
 from .errors import (ContainerNotFoundError, ContainerRuntimeError, RuntimeOutputError, RuntimeTimeoutError,
                      RuntimeUnavailableError)
-from .runtime import (CONTAINER_STATES, ContainerInfo, ListedContainer, ListedPod, Runtime, as_dict, as_int,
-                      check_container_id, container_info, listed_container, listed_pod, pid_cgroup,
-                      sandbox_cgroup_parent)
+from .cri_decode import as_dict, as_int, container_info, listed_container, pid_cgroup, sandbox_cgroup_parent
+from .runtime import CONTAINER_STATES, DEFAULT_TIMEOUT, ContainerInfo, ListedContainer, RuntimeBase, check_container_id
 
 Runner = Callable[[Sequence[str], float], Tuple[int, str, str]]
-DEFAULT_TIMEOUT = 2.0
 _FATAL = re.compile(r'level=fatal msg="((?:[^"\\]|\\.)*)"')
 
 
@@ -75,7 +73,7 @@ def classify(operation: str, target: str, message: str) -> ContainerRuntimeError
     return ContainerRuntimeError(text, operation, target)
 
 
-class CrictlRuntime(Runtime):
+class CrictlRuntime(RuntimeBase):
     """Talks to the runtime through ``crictl`` (every kubeadm node has it)."""
 
     name = "crictl"
@@ -83,8 +81,6 @@ class CrictlRuntime(Runtime):
     def __init__(self, crictl_path: str = "crictl", endpoint: Optional[str] = None,
                  timeout: float = DEFAULT_TIMEOUT, runner: Optional[Runner] = None) -> None:
         super().__init__()
-        if timeout <= 0:
-            raise ValueError("runtime timeout must be positive, got %r" % timeout)
         self.crictl_path = crictl_path
         self.endpoint = endpoint
         self.timeout = timeout
@@ -153,15 +149,6 @@ class CrictlRuntime(Runtime):
         if isinstance(finished, str) and finished and not finished.startswith("0001-"):
             result = result._replace(finished_at=_rfc3339_ns(finished))
         return result
-
-    def list_pods(self) -> List[ListedPod]:
-        doc = self._json("list_pods", "", "pods", "-o", "json")
-        items = doc.get("items")
-        if items is None:
-            return []
-        if not isinstance(items, list):
-            raise RuntimeOutputError("crictl pods: \"items\" is not a list", "list_pods")
-        return [listed_pod(item) for item in items]
 
     def pod_cgroup_parent(self, sandbox_id: str) -> str:
         check_container_id(sandbox_id)

@@ -240,3 +240,10 @@ def discover(root: str = "/", runner: Optional[CommandRunner] = None) -> Topolog
 
 def _mark_offline(infos: List[CPUInfo], offline: CPUSet) -> List[CPUInfo]:
     return [i._replace(online=i.cpu not in offline) for i in infos]
+
+
+def load_topology(topology_path: Optional[str] = None, sysfs_root: Optional[str] = None) -> Topology:
+    """A topology file when one is named, else what this node (or the tree below ``sysfs_root``) shows."""
+    if topology_path:
+        return Topology.load(topology_path)
+    return discover(sysfs_root or "/")

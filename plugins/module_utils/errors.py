@@ -11,10 +11,20 @@ from __future__ import annotations
 
 
 class KubecpuError(Exception):
-    """Base class of every error the core raises on purpose."""
+    """Base class of every error the core raises on purpose. ``bin/kubecpu`` exits 1 on it (a refusal) unless it
+    is a ``ConfigError`` (exit 2); a module turns either into ``fail_json``."""
 
 
-class CPUSetError(KubecpuError, ValueError):
+class ConfigError(KubecpuError):
+    """Bad arguments or configuration: a setting, a flag, a requested kubelet configuration the kubelet would
+    refuse. ``bin/kubecpu`` exits 2 on every subclass."""
+
+
+class UsageError(ConfigError):
+    """Bad command-line arguments or an unreadable input file named on the command line."""
+
+
+class CPUSetError(ConfigError, ValueError):
     """A CPU list or hex mask could not be parsed.
 
     ``detail`` is the kubelet-compatible reason (for example Go's
@@ -27,11 +37,11 @@ class CPUSetError(KubecpuError, ValueError):
         super().__init__('invalid CPU list "%s": %s' % (text, detail))
 
 
-class TopologyError(KubecpuError):
+class TopologyError(ConfigError):
     """A topology document or a sysfs tree is unusable."""
 
 
-class OptionError(KubecpuError):
+class OptionError(ConfigError):
     """A static policy option is unknown, badly valued or refused in this combination."""
 
 
@@ -39,12 +49,16 @@ class QuantityError(KubecpuError, ValueError):
     """A Kubernetes resource quantity could not be parsed."""
 
 
-class PodSpecError(KubecpuError):
+class PodSpecError(ConfigError):
     """A pod description is malformed."""
 
 
-class PolicyError(KubecpuError):
+class PolicyError(ConfigError):
     """The policy cannot be built (reservation problems, unknown policy)."""
+
+
+class TopologyManagerError(ConfigError):
+    """The Topology Manager cannot be built (the kubelet's NewManager error texts)."""
 
 
 class AllocationError(KubecpuError):
@@ -98,6 +112,11 @@ class CheckpointError(KubecpuError):
         super().__init__(
             'could not restore state from checkpoint: %s, please drain this node and delete the CPU '
             'manager checkpoint file "%s" before restarting Kubelet' % (reason, path))
+
+
+class RestoreFailure(Exception):
+    """The kubelet's inner checkpoint restore error text; ``checkpoint`` raises it and the store wraps it into a
+    ``CheckpointError`` that names the file."""
 
 
 class StoreError(KubecpuError):

@@ -8,7 +8,9 @@ from typing import Any, Dict, List, Optional
 
 from .cpuset import CPUSet
 from .errors import ContainerRuntimeError
-from .manager import NodeManager, Plan, build_views
+from .manager import NodeManager
+from .plan import Plan
+from .pod_views import build_views
 from .runtime import RUNNING
 from .state import CPUState
 from .topology import Topology

@@ -15,9 +15,10 @@ import re
 from fractions import Fraction
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from .checkpoint import RestoreFailure, decode
+from .checkpoint import decode
 from .cpuset import CPUSet
-from .errors import CPUSetError, KubecpuError, OptionError, PolicyError, QuantityError, StateError
+from .errors import (ConfigError, CPUSetError, KubecpuError, OptionError, PolicyError, QuantityError, RestoreFailure,
+                     StateError)
 from .options import (ALIGN_BY_SOCKET, DISTRIBUTE_CPUS_ACROSS_CORES, DISTRIBUTE_CPUS_ACROSS_NUMA, FULL_PCPUS_ONLY,
                       PREFER_ALIGN_CPUS_BY_UNCORECACHE, STRICT_CPU_RESERVATION, PolicyOptions, go_map_repr,
                       option_strings,
@@ -26,10 +27,7 @@ from .policy import NONE, STATIC, new_policy, take_by_topology
 from .quantity import parse_quantity
 from .reservation import plan_reservation
 from .topology import Topology
-
-
-class ConfigError(KubecpuError):
-    """A requested kubelet configuration the kubelet would refuse (or that cannot be written safely)."""
+from .topology_manager import MAX_ALLOWABLE, POLICIES, PREFER_CLOSEST, SCOPES
 
 
 OLDEST, NEWEST = 22, 36
@@ -44,14 +42,12 @@ CPU_OPTION_HISTORY: Dict[str, Tuple[Tuple[int, str], ...]] = {
     STRICT_CPU_RESERVATION: ((32, ALPHA), (33, BETA), (35, GA)),
     PREFER_ALIGN_CPUS_BY_UNCORECACHE: ((32, ALPHA), (34, BETA), (36, GA)),
 }
-PREFER_CLOSEST = "prefer-closest-numa-nodes"
-MAX_ALLOWABLE = "max-allowable-numa-nodes"
 TOPOLOGY_OPTION_HISTORY: Dict[str, Tuple[Tuple[int, str], ...]] = {
     PREFER_CLOSEST: ((26, ALPHA), (28, BETA), (32, GA)),
     MAX_ALLOWABLE: ((31, BETA), (35, GA)),
 }
-TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
-TOPOLOGY_SCOPES = ("container", "pod")
+TOPOLOGY_POLICIES = POLICIES
+TOPOLOGY_SCOPES = SCOPES
 
 # Gate names.
 CPU_MANAGER = "CPUManager"

@@ -2,16 +2,16 @@
 # Apache License 2.0 (see LICENSE)
 """Prometheus textfile metrics of the agent, with the kubelet CPU manager's names (ALGORITHM.md section 15).
 
-Written atomically (temporary file, rename) for node_exporter's textfile collector.
+Written atomically (``atomic_write``: a temporary file, then a rename) for node_exporter's textfile collector.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from typing import Dict, List, Tuple
 
+from .atomic import atomic_write
 from .cpuset import CPUSet
 from .state import CPUState
 from .topology import Topology
@@ -102,18 +102,8 @@ class Metrics:
 
     def write(self, path: str) -> None:
         """Atomically replace ``path`` (textfile collectors must never read a half-written file)."""
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".kubecpu-metrics-", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(self.render())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except OSError:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        atomic_write(path, self.render().encode("utf-8"), durable=False, mode=0o644)
 
 
 def _number(value: float) -> str:

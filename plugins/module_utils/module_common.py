@@ -10,26 +10,23 @@ from __future__ import annotations
 import os
 import re
 import traceback
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ansible.module_utils.basic import AnsibleModule
 
-from .cpuset import CPUSet
-from .errors import CPUSetError, KubecpuError, OptionError, TopologyError
-from .manager import ISOLATED_MODES, QUOTA_MODES, ManagerOptions
-from .node import RUNTIMES, NodeConfig
-from .options import option_strings
+from .config import (DEFAULT_CGROUP_ROOT, DEFAULT_STATE_PATH, DEFAULT_TIMEOUT, ISOLATED_MODES, KUBELET_STATE_PATH,
+                     QUOTA_MODES, RUNTIMES, NodeConfig)
+from .errors import KubecpuError, TopologyError
+from .policy import POLICY_NAMES
 from .topology_manager import POLICIES as TM_POLICIES
 from .topology_manager import SCOPES as TM_SCOPES
-from .policy import POLICY_NAMES
-from .state_store import DEFAULT_PATH, KUBELET_PATH
 
 TOPOLOGY_ARGS: Dict[str, Dict[str, Any]] = {  # doc fragment kubecpu.cpu_manager.cpu_manager.topology
     "sysfs_root": {"type": "path", "default": "/"},
     "topology_path": {"type": "path"},
 }
 STATE_ARGS: Dict[str, Dict[str, Any]] = {
-    "state_path": {"type": "path", "default": DEFAULT_PATH},
+    "state_path": {"type": "path", "default": DEFAULT_STATE_PATH},
     "policy": {"type": "str", "choices": list(POLICY_NAMES), "default": "static"},
     "reserved_cpus": {"type": "str"},
     "num_reserved": {"type": "int"},
@@ -37,10 +34,10 @@ STATE_ARGS: Dict[str, Dict[str, Any]] = {
     "runtime": {"type": "str", "choices": list(RUNTIMES), "default": "crictl"},
     "runtime_endpoint": {"type": "str"},
     "crictl_path": {"type": "path", "default": "crictl"},
-    "runtime_timeout": {"type": "float", "default": 2.0},
+    "runtime_timeout": {"type": "float", "default": DEFAULT_TIMEOUT},
     **TOPOLOGY_ARGS,
-    "cgroup_root": {"type": "path", "default": "/sys/fs/cgroup"},
-    "kubelet_state_path": {"type": "path", "default": KUBELET_PATH},
+    "cgroup_root": {"type": "path", "default": DEFAULT_CGROUP_ROOT},
+    "kubelet_state_path": {"type": "path", "default": KUBELET_STATE_PATH},
     "force": {"type": "bool", "default": False},
     "isolated_cpus": {"type": "str", "choices": list(ISOLATED_MODES), "default": "ignore"},
     "align_memory": {"type": "bool", "default": False},
@@ -52,40 +49,9 @@ STATE_ARGS: Dict[str, Dict[str, Any]] = {
 _PCI = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
 
-def node_config(params: Dict[str, Any], read_only: bool = False) -> NodeConfig:
-    """NodeConfig from module parameters, every value validated (a KubecpuError names the bad one)."""
-    reserved = None
-    if params.get("reserved_cpus") not in (None, ""):
-        try:
-            reserved = CPUSet.parse(str(params["reserved_cpus"]))
-        except CPUSetError as exc:
-            raise TopologyError("reserved_cpus: %s" % exc) from None
-    num = params.get("num_reserved")
-    if num is not None and num < 0:
-        raise TopologyError("num_reserved must not be negative, got %d" % num)
-    timeout = params.get("runtime_timeout", 2.0)
-    if not 0 < timeout <= 3600:
-        raise TopologyError("runtime_timeout must be more than 0 and at most 3600 seconds, got %r" % timeout)
-    options = option_map(params.get("policy_options"), "policy_options")
-    return NodeConfig(
-        state_path=params["state_path"], policy=params["policy"], reserved_cpus=reserved, num_reserved=num,
-        policy_options=options, topology_path=params.get("topology_path"),
-        sysfs_root=params.get("sysfs_root") or "/", read_only=read_only, runtime=params["runtime"],
-        runtime_endpoint=params.get("runtime_endpoint"), crictl_path=params["crictl_path"],
-        runtime_timeout=timeout, cgroup_root=params["cgroup_root"],
-        kubelet_state_path=params["kubelet_state_path"], force=params["force"],
-        options=ManagerOptions(
-            params["isolated_cpus"], params["align_memory"], params["cpu_quota"],
-            params.get("topology_manager_policy") or "none", params.get("topology_manager_scope") or "container",
-            option_map(params.get("topology_manager_policy_options"), "topology_manager_policy_options")))
-
-
-def option_map(raw: Any, what: str) -> Dict[str, str]:
-    """A module's option dict as the kubelet reads it (a TopologyError names the option on a bad value)."""
-    try:
-        return option_strings(raw, what)
-    except OptionError as exc:
-        raise TopologyError(str(exc)) from None
+def node_config(params: Mapping[str, Any], read_only: bool = False) -> NodeConfig:
+    """The node's settings from module parameters, each validated once (``NodeConfig``)."""
+    return NodeConfig.from_mapping(params, read_only=read_only or None)
 
 
 def device_numa_node(sysfs_root: str, address: str) -> Optional[int]:

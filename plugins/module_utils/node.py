@@ -1,44 +1,28 @@
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
-"""One way to build a node's CPU manager from its settings, shared by ``bin/kubecpu`` and the modules."""
+"""A node's CPU manager built from its ``NodeConfig``: the one factory of ``bin/kubecpu`` and the modules.
+
+A manager that acts through a runtime is built only where it may act: the kubelet must not pin CPUs itself, and the
+static policy needs a reservation.
+"""
 
 from __future__ import annotations
 
-import os
-from typing import Mapping, NamedTuple, Optional
+import json
+from typing import Mapping, Optional
 
-from .cgroups import DEFAULT_ROOT, CgroupFS
+from .cgroups import CgroupFS
+from .config import NodeConfig
+from .container_cache import ContainerCache
 from .cpuset import CPUSet
-from .crictl import DEFAULT_TIMEOUT, CrictlRuntime, default_endpoint
-from .discovery import discover
-from .errors import PolicyError, TopologyError
-from .manager import ContainerCache, ManagerOptions, NodeManager, check_kubelet_policy, check_reservation
+from .crictl import CrictlRuntime, default_endpoint
+from . import discovery
+from .errors import SafetyError, TopologyError
+from .manager import NodeManager
 from .policy import STATIC, Policy, new_policy
 from .runtime import Runtime
-from .state_store import DEFAULT_PATH, KUBELET_PATH, StateStore
+from .state_store import KUBELET_PATH, StateStore
 from .topology import Topology
-
-RUNTIMES = ("crictl", "cri")
-
-
-class NodeConfig(NamedTuple):
-    state_path: str = DEFAULT_PATH
-    policy: str = STATIC
-    reserved_cpus: Optional[CPUSet] = None
-    num_reserved: Optional[int] = None
-    policy_options: Optional[Mapping[str, str]] = None
-    topology_path: Optional[str] = None
-    sysfs_root: Optional[str] = None
-    read_only: bool = False
-    runtime: str = "crictl"
-    runtime_endpoint: Optional[str] = None
-    crictl_path: str = "crictl"
-    runtime_timeout: float = DEFAULT_TIMEOUT
-    cgroup_root: str = DEFAULT_ROOT
-    kubelet_state_path: str = KUBELET_PATH
-    force: bool = False
-    options: ManagerOptions = ManagerOptions()
-    cache_path: Optional[str] = None  # None: <state>.containers.json
 
 
 def check_cpus_known(topo: Topology, cpus: CPUSet, what: str) -> None:
@@ -63,37 +47,51 @@ def build_policy(topo: Topology, name: str, reserved: Optional[CPUSet], num_rese
 
 
 def load_topology(config: NodeConfig) -> Topology:
-    if config.topology_path:
-        return Topology.load(config.topology_path)
-    return discover(config.sysfs_root or "/")
+    return discovery.load_topology(config.topology_path, config.sysfs_root)
 
 
 def build_runtime(config: NodeConfig) -> Runtime:
-    if config.runtime_timeout <= 0:
-        raise PolicyError("runtime_timeout must be a positive number of seconds, got %r" % config.runtime_timeout)
     endpoint = config.runtime_endpoint or default_endpoint()
-    if config.runtime == "crictl":
-        return CrictlRuntime(config.crictl_path, endpoint, config.runtime_timeout)
     if config.runtime == "cri":
         from .cri_grpc import CRIRuntime  # noqa: PLC0415  # optional dependency: imported only when asked for
 
-        codegen = os.path.join(os.path.dirname(os.path.abspath(config.state_path)), ".kubecpu-cri")
-        return CRIRuntime(endpoint, config.runtime_timeout, codegen)
-    raise PolicyError('unknown runtime "%s" (expected one of %s)' % (config.runtime, ", ".join(RUNTIMES)))
+        return CRIRuntime(endpoint, config.runtime_timeout)
+    return CrictlRuntime(config.crictl_path, endpoint, config.runtime_timeout)
+
+
+def check_kubelet_policy(path: str = KUBELET_PATH, force: bool = False) -> Optional[str]:
+    """Refuse to manage CPUs when the kubelet pins them itself (its checkpoint says ``static``)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    policy = next((v for k, v in doc.items() if k.lower() == "policyname"), None) if isinstance(doc, dict) else None
+    if policy == STATIC and not force:
+        raise SafetyError("the kubelet pins CPUs on this node itself (%s says policy static): two CPU managers "
+                          "would fight over cpusets; use kubecpu only with cpuManagerPolicy none, or set force "
+                          "to override" % path)
+    return policy if isinstance(policy, str) else None
+
+
+def check_reservation(policy: Policy) -> None:
+    if policy.name == STATIC and not policy.reserved:
+        raise SafetyError("the static policy needs at least one reserved CPU when it manages running containers: "
+                          "with none, allocations can empty the shared pool and the state stops validating "
+                          "(\"default cpuset cannot be empty\"); set reserved_cpus or num_reserved")
 
 
 def build_manager(config: NodeConfig, with_runtime: bool = False, topology: Optional[Topology] = None,
                   runtime: Optional[Runtime] = None, checks: bool = True) -> NodeManager:
-    """The manager. One that acts through a runtime first checks that it may (``checks``): the kubelet must not
-    pin CPUs itself, and the static policy needs a reservation."""
+    """The manager. One that acts through a runtime first checks that it may (``checks``)."""
     topo = topology or load_topology(config)
     policy = build_policy(topo, config.policy, config.reserved_cpus, config.num_reserved, config.policy_options)
     store = StateStore(config.state_path, policy.name, read_only=config.read_only or None)
     cache = ContainerCache(config.cache_path or store.path + ".containers.json", read_only=store.read_only)
-    if not with_runtime:
-        return NodeManager(topo, policy, store, cgroups=CgroupFS(config.cgroup_root), cache=cache)
-    if checks:
+    if with_runtime and checks:
         check_kubelet_policy(config.kubelet_state_path, config.force)
         check_reservation(policy)
-    return NodeManager(topo, policy, store, runtime or build_runtime(config), cgroups=CgroupFS(config.cgroup_root),
-                       cache=cache, options=config.options)
+    if with_runtime and runtime is None:
+        runtime = build_runtime(config)
+    return NodeManager(topo, policy, store, runtime, cgroups=CgroupFS(config.cgroup_root), cache=cache,
+                       options=config.options if with_runtime else None)

@@ -2,16 +2,18 @@
 # Apache License 2.0 (see LICENSE)
 """The kubelet CPU manager policies, ``static`` and ``none`` (ALGORITHM.md sections 3-8).
 
-Policies are pure: they act on a ``CPUState`` passed in; persisting it is the store's job.
+Policies are pure: they act on a ``CPUState`` passed in; persisting it is the store's job. Both implement the
+``Policy`` protocol, topology hints included, so their callers never ask which one they hold.
 """
 
 from __future__ import annotations
 
-from typing import AbstractSet, Iterable, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import AbstractSet, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence, Union
 
 from .cpu_assignment import PACKED, SPREAD, take_by_topology_distributed, take_by_topology_packed
 from .cpuset import EMPTY, CPUSet
 from .errors import AllocationError, OptionError, PolicyError, SMTAlignmentError, StateError, TopologyError
+from .hints import Hints, container_hints, pod_hints
 from .options import PolicyOptions, go_map_repr, parse_options, validate_for_machine
 from .pod import Pod
 from .state import CPUState
@@ -106,6 +108,10 @@ class NonePolicy:
 
     def remove_container(self, state: CPUState, pod_uid: str, container: str) -> CPUSet:
         return EMPTY
+
+    def topology_hints(self, state: CPUState, pod: Pod, container: str, scope: str) -> Hints:
+        """The none policy has no preference (the kubelet's nil hints)."""
+        return None
 
 
 class StaticPolicy:
@@ -217,6 +223,16 @@ class StaticPolicy:
         state.set(pod.uid, container, cpus)
         return Allocation(cpus, True)
 
+    def topology_hints(self, state: CPUState, pod: Pod, container: str, scope: str) -> Hints:
+        """GetTopologyHints (``scope`` container) or GetPodTopologyHints (``pod``) for this state (HINTS.md)."""
+        available, reusable = self.available(state), self.reusable(state, pod)
+        if scope == "pod":
+            held = [(pod.guaranteed_cpus(c.name), state.get(pod.uid, c.name)) for c in pod.all_containers()]
+            return pod_hints(self.topology, self.options, available, pod.guaranteed_pod_cpus(), reusable=reusable,
+                             assigned=[(request, cpus) for request, cpus in held if cpus is not None])
+        return container_hints(self.topology, self.options, available, pod.guaranteed_cpus(container),
+                               reusable=reusable)
+
     def remove_container(self, state: CPUState, pod_uid: str, container: str) -> CPUSet:
         """RemoveContainer: return the CPUs no other container of the pod still holds."""
         cpus = state.get(pod_uid, container)
@@ -229,11 +245,25 @@ class StaticPolicy:
         return released
 
 
-Policy = Union[StaticPolicy, NonePolicy]
+class Policy(Protocol):
+    """What every caller of a policy uses."""
+
+    name: str
+    topology: Topology
+    reserved: CPUSet
+
+    def start(self, state: CPUState) -> None: ...
+
+    def allocate(self, state: CPUState, pod: Pod, container: str, numa_affinity: Optional[Iterable[int]] = None, *,
+                 prefer: Optional[CPUSet] = None, within: Optional[CPUSet] = None) -> Allocation: ...
+
+    def remove_container(self, state: CPUState, pod_uid: str, container: str) -> CPUSet: ...
+
+    def topology_hints(self, state: CPUState, pod: Pod, container: str, scope: str) -> Hints: ...
 
 
 def new_policy(name: str, topo: Topology, num_reserved: int = 0, reserved_cpus: Optional[CPUSet] = None,
-               raw_options: Optional[Mapping[str, str]] = None) -> Policy:
+               raw_options: Optional[Mapping[str, str]] = None) -> Union[StaticPolicy, NonePolicy]:
     if name == STATIC:
         return StaticPolicy(topo, num_reserved, reserved_cpus, raw_options)
     if name == NONE:

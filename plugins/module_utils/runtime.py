@@ -1,29 +1,29 @@
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
-"""The container runtime as a CPU manager sees it (RUNTIME.md), independent of the backend.
+"""The container runtime as the CPU manager sees it (RUNTIME.md), whatever the backend.
 
 * ``ListedContainer``: one row of the container list (cheap, every pass).
-* ``ContainerInfo``: what a container *is*, learned once per container ID from its status (pod, QoS class
-  from the pod's cgroup parent, CPU request and limit from shares, quota and period, cgroup path).
-* ``Runtime``: the backend interface (crictl, CRI over gRPC, or a test fake).
+* ``ContainerInfo``: what a container *is*, learned once per container ID from its status (pod, QoS class from
+  the pod's cgroup parent, CPU request and limit from shares, quota and period, cgroup path).
+* ``Runtime``: what the manager calls on a backend (crictl, CRI over gRPC); ``RuntimeBase`` the common part.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Protocol
 
 from .cpuset import CPUSet
 from .errors import ContainerNotFoundError, RuntimeOutputError
-from .pod import BEST_EFFORT, BURSTABLE, GUARANTEED
+from .cgroup_paths import qos_from_cgroup
+from .pod import GUARANTEED
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"
 POD_NAME_LABEL = "io.kubernetes.pod.name"
 POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
 CONTAINER_NAME_LABEL = "io.kubernetes.container.name"
 
-SANDBOX_STATES = ("SANDBOX_READY", "SANDBOX_NOTREADY")
+DEFAULT_TIMEOUT = 2.0  # seconds per runtime call: crictl's own default, and the kubelet's runtime request timeout
 CREATED, RUNNING, EXITED, UNKNOWN = "CONTAINER_CREATED", "CONTAINER_RUNNING", "CONTAINER_EXITED", "CONTAINER_UNKNOWN"
 CONTAINER_STATES = (CREATED, RUNNING, EXITED, UNKNOWN)
 _CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -56,16 +56,6 @@ class ListedContainer(NamedTuple):
     @property
     def is_kubernetes(self) -> bool:
         return bool(self.pod_uid and self.name)
-
-
-class ListedPod(NamedTuple):
-    """A pod sandbox as the pod list shows it."""
-
-    id: str
-    uid: str
-    name: str
-    namespace: str
-    state: str
 
 
 class ContainerInfo(NamedTuple):
@@ -139,188 +129,29 @@ def quota_to_milli(quota: int, period: int) -> int:
     return quota * 1000 // period
 
 
-def milli_to_shares(milli: int) -> int:
-    return min(max(milli * 1024 // 1000, 2), 262144)
+class Runtime(Protocol):
+    """What the manager calls on a backend. Every method raises a ``ContainerRuntimeError`` subclass on failure."""
+
+    name: str
+    calls: Dict[str, int]  # calls made, by operation (the plan and the metrics report them)
+
+    def list_containers(self) -> List[ListedContainer]:
+        """Every container the runtime knows, in any state (one call)."""
+
+    def describe(self, listed: ListedContainer) -> ContainerInfo:
+        """What a listed container is (its status; once per container ID)."""
+
+    def update(self, container_id: str, cpuset_cpus: Optional[CPUSet] = None, cpuset_mems: Optional[CPUSet] = None,
+               cpu_quota: Optional[int] = None, cpu_period: Optional[int] = None) -> None:
+        """UpdateContainerResources with only the given fields (zero fields are left alone by runtimes)."""
+
+    def close(self) -> None:
+        """Release the connection."""
 
 
-def milli_to_quota(milli: int, period: int = 100000) -> int:
-    if milli <= 0:
-        return 0
-    return max(milli * period // 1000, 1000)
-
-
-# --- cgroup paths (RUNTIME.md section 3) ------------------------------------------------------------------
-def expand_systemd_slice(slice_name: str) -> str:
-    """``kubepods-burstable-pod1.slice`` -> ``kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice``.
-    """
-    if not slice_name.endswith(".slice") or slice_name == "-.slice":
-        return slice_name
-    parts = slice_name[: -len(".slice")].split("-")
-    return "/".join("-".join(parts[: n + 1]) + ".slice" for n in range(len(parts)))
-
-
-def cgroupfs_path(spec_path: str) -> str:
-    """A runtime spec ``cgroupsPath`` in cgroupfs form: systemd ``slice:prefix:name`` paths are expanded."""
-    if ":" in spec_path and not spec_path.startswith("/"):
-        slice_name, prefix, name = (spec_path.split(":") + ["", ""])[:3]
-        leaf = "%s-%s.scope" % (prefix, name) if prefix else "%s.scope" % name
-        return "/" + expand_systemd_slice(slice_name) + "/" + leaf
-    return spec_path if spec_path.startswith("/") else "/" + spec_path
-
-
-def qos_from_cgroup(pod_path: str) -> str:
-    """The QoS class from a kubelet pod cgroup (cgroupfs or systemd driver names); "" when not a kubelet pod."""
-    parts = [p for p in pod_path.split("/") if p]
-    roots = [n for n, part in enumerate(parts) if part in ("kubepods", "kubepods.slice")]
-    if not roots or roots[0] + 1 >= len(parts):
-        return ""
-    first = parts[roots[0] + 1]
-    if first in ("burstable", "kubepods-burstable.slice"):
-        return BURSTABLE
-    if first in ("besteffort", "kubepods-besteffort.slice"):
-        return BEST_EFFORT
-    if first.startswith(("pod", "kubepods-pod")):
-        return GUARANTEED
-    return ""
-
-
-# --- decoding helpers shared by the backends ---------------------------------------------------------------
-def as_int(value: Any, what: str) -> int:
-    """CRI int64 fields: JSON strings in crictl output, numbers in the runtime's own JSON."""
-    if value is None or value == "":
-        return 0
-    if isinstance(value, bool):
-        raise RuntimeOutputError("%s: expected a number, got %r" % (what, value))
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise RuntimeOutputError("%s: expected a number, got %r" % (what, value)) from None
-
-
-def as_dict(value: Any, what: str) -> Dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise RuntimeOutputError("%s: expected an object, got %s" % (what, type(value).__name__))
-    return value
-
-
-def as_str(value: Any, what: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise RuntimeOutputError("%s: expected a string, got %r" % (what, value))
-    return value
-
-
-def listed_container(item: Any, state: str, created_at: int) -> ListedContainer:
-    """A list row from the CRI field names (crictl's JSON and the gRPC message agree on them)."""
-    doc = as_dict(item, "container")
-    cid = check_container_id(as_str(doc.get("id"), "container id"))
-    meta = as_dict(doc.get("metadata"), "container %s metadata" % cid)
-    labels = as_dict(doc.get("labels"), "container %s labels" % cid)
-    return ListedContainer(
-        id=cid, sandbox_id=as_str(doc.get("podSandboxId"), "podSandboxId"),
-        pod_uid=as_str(labels.get(POD_UID_LABEL), "pod uid label"),
-        pod_name=as_str(labels.get(POD_NAME_LABEL), "pod name label"),
-        pod_namespace=as_str(labels.get(POD_NAMESPACE_LABEL), "pod namespace label"),
-        name=as_str(labels.get(CONTAINER_NAME_LABEL), "container name label") or as_str(meta.get("name"), "name"),
-        attempt=as_int(meta.get("attempt"), "attempt"), state=state, created_at=created_at)
-
-
-def listed_pod(item: Any) -> ListedPod:
-    """A pod list row (crictl's ``pods -o json`` items and the gRPC PodSandbox share the field names)."""
-    doc = as_dict(item, "pod sandbox")
-    sid = check_container_id(as_str(doc.get("id"), "pod sandbox id"))
-    meta = as_dict(doc.get("metadata"), "pod sandbox %s metadata" % sid)
-    state = doc.get("state")
-    if state not in SANDBOX_STATES:
-        raise RuntimeOutputError("pod sandbox %s: unknown state %r" % (sid, state))
-    return ListedPod(sid, as_str(meta.get("uid"), "uid"), as_str(meta.get("name"), "name"),
-                     as_str(meta.get("namespace"), "namespace"), str(state))
-
-
-def sandbox_cgroup_parent(info: Mapping[str, Any], what: str) -> str:
-    """The pod's cgroup parent from a verbose sandbox status: the stored config (containerd's
-    ``info.config.linux.cgroup_parent``), else the parent of the sandbox container's own cgroup."""
-    config = as_dict(as_dict(info.get("config"), what + " config").get("linux"), what + " config.linux")
-    parent = as_str(config.get("cgroup_parent"), what + " cgroup_parent")
-    if parent:
-        return cgroupfs_path(parent) if ":" in parent else parent
-    spec = as_dict(as_dict(info.get("runtimeSpec"), what + " runtimeSpec").get("linux"), what + " spec linux")
-    path = as_str(spec.get("cgroupsPath"), what + " cgroupsPath")
-    return cgroupfs_path(path).rsplit("/", 1)[0] if path else ""
-
-
-def pid_cgroup(info: Mapping[str, Any]) -> Optional[str]:
-    """The cgroup of a container's process (``/proc/<pid>/cgroup``), for runtimes whose info has no OCI spec."""
-    pid = info.get("pid")
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return None
-    try:
-        with open("/proc/%d/cgroup" % pid, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _num, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        if controllers == "" or "cpuset" in controllers.split(","):
-            return path or None
-    return None
-
-
-def container_info(status: Mapping[str, Any], info: Mapping[str, Any], listed: Optional[ListedContainer] = None,
-                   pid_cgroup: Optional[str] = None) -> ContainerInfo:
-    """ContainerInfo from a verbose container status: ``status`` (CRI fields) and ``info`` (runtime JSON).
-
-    The resources come from the create-time config in the runtime's info when it has one (containerd:
-    ``info.config.linux.resources``), else from ``status.resources.linux``; the cgroup path from the OCI
-    spec (``info.runtimeSpec.linux.cgroupsPath``), else from ``pid_cgroup`` (``/proc/<pid>/cgroup``).
-    """
-    cid = check_container_id(as_str(status.get("id"), "container status id"))
-    labels = as_dict(status.get("labels"), "container %s labels" % cid)
-    meta = as_dict(status.get("metadata"), "container %s metadata" % cid)
-    config = as_dict(as_dict(info.get("config"), "info.config").get("linux"), "info.config.linux")
-    created = as_dict(config.get("resources"), "info.config.linux.resources")
-    current = as_dict(as_dict(status.get("resources"), "status.resources").get("linux"), "status.resources.linux")
-
-    def resource(snake: str, camel: str) -> int:
-        if snake in created:
-            return as_int(created.get(snake), "container %s %s" % (cid, snake))
-        return as_int(current.get(camel), "container %s %s" % (cid, camel))
-
-    spec = as_dict(as_dict(info.get("runtimeSpec"), "info.runtimeSpec").get("linux"), "info.runtimeSpec.linux")
-    spec_path = as_str(spec.get("cgroupsPath"), "cgroupsPath") or (pid_cgroup or "")
-    path = cgroupfs_path(spec_path) if spec_path else ""
-    name = as_str(labels.get(CONTAINER_NAME_LABEL), "container name label") or as_str(meta.get("name"), "name")
-    return ContainerInfo(
-        id=cid, pod_uid=as_str(labels.get(POD_UID_LABEL), "pod uid label"),
-        pod_name=as_str(labels.get(POD_NAME_LABEL), "pod name label"),
-        pod_namespace=as_str(labels.get(POD_NAMESPACE_LABEL), "pod namespace label"), name=name,
-        attempt=as_int(meta.get("attempt"), "attempt") if listed is None else listed.attempt,
-        qos=qos_from_cgroup(path.rsplit("/", 1)[0]) if path else "", cgroup_path=path,
-        cpu_shares=resource("cpu_shares", "cpuShares"), cpu_quota=resource("cpu_quota", "cpuQuota"),
-        cpu_period=resource("cpu_period", "cpuPeriod"),
-        memory_limit=resource("memory_limit_in_bytes", "memoryLimitInBytes"),
-        exit_code=as_int(status.get("exitCode"), "exitCode"), reason=as_str(status.get("reason"), "reason"))
-
-
-def parse_info_json(info: Mapping[str, Any], what: str) -> Dict[str, Any]:
-    """The verbose ``info`` map of the CRI status call holds one key ``info`` with JSON text."""
-    raw = info.get("info")
-    if raw is None:
-        return {}
-    if isinstance(raw, dict):
-        return raw
-    try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        raise RuntimeOutputError("%s: the runtime's verbose info is not JSON: %s" % (what, exc)) from None
-    return as_dict(doc, what + " info")
-
-
-class Runtime:
-    """The backend interface. Every method raises a ``ContainerRuntimeError`` subclass on failure."""
+class RuntimeBase:
+    """The part the backends share: call counting, and ``describe`` from ``inspect`` (and the pod sandbox's cgroup
+    parent when the container's status names no kubelet pod cgroup)."""
 
     name = "runtime"
 
@@ -330,18 +161,7 @@ class Runtime:
     def count(self, operation: str) -> None:
         self.calls[operation] = self.calls.get(operation, 0) + 1
 
-    def version(self) -> Dict[str, str]:
-        raise NotImplementedError
-
-    def list_containers(self) -> List[ListedContainer]:
-        """Every container the runtime knows, in any state (one call)."""
-        raise NotImplementedError
-
     def inspect(self, container_id: str) -> ContainerInfo:
-        raise NotImplementedError
-
-    def list_pods(self) -> List[ListedPod]:
-        """Every pod sandbox the runtime knows (one call)."""
         raise NotImplementedError
 
     def pod_cgroup_parent(self, sandbox_id: str) -> str:
@@ -349,8 +169,8 @@ class Runtime:
         raise NotImplementedError
 
     def describe(self, listed: ListedContainer) -> ContainerInfo:
-        """``inspect``; when the container's status names no kubelet pod cgroup (a runtime whose verbose info
-        has no OCI spec), the QoS class comes from its pod sandbox's cgroup parent: one more call, once."""
+        """``inspect``; for a runtime whose verbose info has no OCI spec, the QoS class comes from the pod sandbox's
+        cgroup parent: one more call, once per container."""
         info = self.inspect(listed.id)
         if info.qos or not listed.sandbox_id:
             return info
@@ -360,10 +180,5 @@ class Runtime:
             return info
         return info._replace(qos=qos_from_cgroup(parent))
 
-    def update(self, container_id: str, cpuset_cpus: Optional[CPUSet] = None, cpuset_mems: Optional[CPUSet] = None,
-               cpu_quota: Optional[int] = None, cpu_period: Optional[int] = None) -> None:
-        """UpdateContainerResources with only the given fields (zero fields are left alone by runtimes)."""
-        raise NotImplementedError
-
     def close(self) -> None:
-        """Release the connection (gRPC channel)."""
+        """Nothing to release by default."""

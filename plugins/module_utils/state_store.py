@@ -17,25 +17,17 @@ import contextlib
 import errno
 import fcntl
 import os
-import tempfile
 import time
 from typing import Iterator, Mapping, Optional, Tuple
 
-from .checkpoint import RestoreFailure, decode, encode
-from .errors import CheckpointError, StoreError
+from .atomic import atomic_write, fsync_directory
+from .checkpoint import decode, encode
+from .errors import CheckpointError, RestoreFailure, StoreError
 from .state import CPUState
 
 DEFAULT_PATH = "/var/lib/kubecpu/cpu_manager_state"
 KUBELET_PATH = "/var/lib/kubelet/cpu_manager_state"
 LOCK_TIMEOUT = 60.0
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class StateStore:
@@ -145,22 +137,9 @@ class StateStore:
             return False
         if current is None:
             self._ensure_directory()
-        tmp = None
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".%s.tmp-" % os.path.basename(self.path), dir=self.directory)
-            with os.fdopen(fd, "wb") as handle:
-                os.fchmod(handle.fileno(), 0o600)
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            if current is not None:
-                self._keep_previous()
-            os.replace(tmp, self.path)
-            _fsync_dir(self.directory)
+            atomic_write(self.path, data, durable=True, before_rename=None if current is None else self._keep_previous)
         except OSError as exc:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
             raise StoreError("cannot write state file %s: %s" % (self.path, exc.strerror or exc)) from None
         self._known = (data, state.copy())
         return True
@@ -191,7 +170,7 @@ class StateStore:
             counter += 1
         try:
             os.rename(self.path, aside)
-            _fsync_dir(self.directory)
+            fsync_directory(self.directory)
         except OSError as exc:
             raise StoreError("cannot move %s aside: %s" % (self.path, exc.strerror)) from None
         return aside

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
-from .errors import KubecpuError
+from .errors import TopologyManagerError
 from .hints import TopologyHint
 from .options import parse_bool
 
@@ -22,12 +22,7 @@ SCOPES = ("container", "pod")
 PREFER_CLOSEST = "prefer-closest-numa-nodes"
 MAX_ALLOWABLE = "max-allowable-numa-nodes"
 DEFAULT_MAX_NUMA = 8
-ADMISSION_ERROR = "Resources cannot be allocated with Topology locality"
 _GO_INT = re.compile(r"[+-]?[0-9]+")
-
-
-class TopologyManagerError(KubecpuError):
-    """The Topology Manager cannot be built (the kubelet's NewManager error texts)."""
 
 
 class Merged(NamedTuple):
@@ -74,12 +69,12 @@ def go_atoi(text: str) -> int:
     return value
 
 
-class PolicyOptions(NamedTuple):
+class TopologyManagerOptions(NamedTuple):
     prefer_closest: bool = False
     max_numa: int = DEFAULT_MAX_NUMA
 
 
-def parse_policy_options(raw: Optional[Mapping[str, str]]) -> PolicyOptions:
+def parse_policy_options(raw: Optional[Mapping[str, str]]) -> TopologyManagerOptions:
     """NewPolicyOptions (no feature gates: both options are always available). With several bad entries the
     kubelet reports one at random (Go map order); this reports the first in sorted order."""
     prefer, max_numa = False, DEFAULT_MAX_NUMA
@@ -101,7 +96,7 @@ def parse_policy_options(raw: Optional[Mapping[str, str]]) -> PolicyOptions:
                                            % (MAX_ALLOWABLE, DEFAULT_MAX_NUMA))
         else:
             raise TopologyManagerError('unknown Topology Manager Policy option: "%s"' % name)
-    return PolicyOptions(prefer, max_numa)
+    return TopologyManagerOptions(prefer, max_numa)
 
 
 class TopologyManager:
@@ -112,7 +107,7 @@ class TopologyManager:
         self.policy = policy
         self.nodes = sorted(set(numa_nodes))
         self.default = mask_of(self.nodes)
-        self.options = PolicyOptions()
+        self.options = TopologyManagerOptions()
         self.distances: Dict[int, Sequence[int]] = {}
         if policy == NONE:
             return

@@ -78,12 +78,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import bu
 
 
 def admission(module: AnsibleModule) -> dict:
-    manager = build_manager(node_config(module.params, read_only=True), with_runtime=True, checks=False)
-    try:
+    with build_manager(node_config(module.params, read_only=True), with_runtime=True, checks=False) as manager:
         result = manager.admission()
-    finally:
-        if manager.runtime is not None:
-            manager.runtime.close()
     result["changed"] = False
     return result
 

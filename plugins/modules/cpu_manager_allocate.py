@@ -154,6 +154,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import imp
 
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (
     STATE_ARGS, node_config, numa_affinity, plan_result, run_module)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
@@ -161,22 +162,20 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import bu
 
 def allocate(module: AnsibleModule) -> dict:
     params = module.params
-    manager = build_manager(node_config(params), with_runtime=True)
+    if params["cpus"] is not None and params["cpus"] < 0:  # every parameter is checked before anything is opened
+        raise ConfigError("cpus must not be negative, got %d" % params["cpus"])
+    config = node_config(params)
+    affinity = numa_affinity(params) if params["state"] == "present" else None
     apply = not module.check_mode
     push = apply and params["apply"]
     target = {"container_id": params["container_id"], "pod_uid": params["pod_uid"],
               "container": params["container_name"]}
-    try:
+    with build_manager(config, with_runtime=True) as manager:
         if params["state"] == "present":
-            if params["cpus"] is not None and params["cpus"] < 0:
-                module.fail_json(msg="cpus must not be negative, got %d" % params["cpus"])
-            plan = manager.allocate_container(**target, cpus=params["cpus"], numa_affinity=numa_affinity(params),
+            plan = manager.allocate_container(**target, cpus=params["cpus"], numa_affinity=affinity,
                                               apply=apply, push=push, require_runtime_container=params["apply"])
         else:
             plan = manager.release_container(**target, apply=apply, push=push)
-    finally:
-        if manager.runtime is not None:
-            manager.runtime.close()
     result = dict(plan.result, state_file=manager.store.path)
     result.update(plan_result(module, plan.to_dict(), ["changed", "actions", "errors"]))
     result["container_name"] = result.pop("container", params["container_name"])

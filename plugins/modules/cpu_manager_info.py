@@ -130,11 +130,8 @@ def info(module: AnsibleModule) -> dict:
             manager.runtime = build_runtime(config)
         except ContainerRuntimeError as exc:
             warnings.append("runtime not queried: %s" % exc)
-    try:
+    with manager:
         result = node_info(manager, manager.read_state(), module.params["query_runtime"])
-    finally:
-        if manager.runtime is not None:
-            manager.runtime.close()
     for warning in warnings + result.pop("warnings"):
         module.warn(warning)
     result["changed"] = False

@@ -170,12 +170,12 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import imp
 
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import CPUSetError, StoreError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.config import num_reserved, reserved_cpus
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import StoreError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet_config import (
-    TOPOLOGY_POLICIES, TOPOLOGY_SCOPES, ConfigError, Desired, plan_change)
+    TOPOLOGY_POLICIES, TOPOLOGY_SCOPES, Desired, plan_change)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import TOPOLOGY_ARGS, run_module
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import NodeConfig, load_topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.discovery import load_topology
 
 
 def read_state(path: str):
@@ -190,21 +190,13 @@ def read_state(path: str):
 
 def plan(module: AnsibleModule) -> dict:
     params = module.params
-    reserved = None
-    if params["reserved_cpus"] not in (None, ""):
-        try:
-            reserved = CPUSet.parse(params["reserved_cpus"])
-        except CPUSetError as exc:
-            raise ConfigError("reserved_cpus: %s" % exc) from None
-    if params["num_reserved"] is not None and params["num_reserved"] < 0:
-        raise ConfigError("num_reserved must not be negative, got %d" % params["num_reserved"])
     desired = Desired(
-        policy=params["policy"], policy_options=params["policy_options"],
-        reconcile_period=params["reconcile_period"], reserved_cpus=reserved, num_reserved=params["num_reserved"],
+        policy=params["policy"], policy_options=params["policy_options"], reconcile_period=params["reconcile_period"],
+        reserved_cpus=reserved_cpus(params["reserved_cpus"]), num_reserved=num_reserved(params["num_reserved"]),
         topology_manager_policy=params["topology_manager_policy"],
         topology_manager_scope=params["topology_manager_scope"],
         topology_manager_policy_options=params["topology_manager_policy_options"])
-    topo = load_topology(NodeConfig(topology_path=params["topology_path"], sysfs_root=params["sysfs_root"]))
+    topo = load_topology(params["topology_path"], params["sysfs_root"])
     change = plan_change(params["config"], desired, topo, params["kubelet_version"],
                          state=read_state(params["state_path"]), state_path=params["state_path"])
     return dict(changed=False, **change.to_dict(params["state_path"]))

@@ -110,12 +110,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import bu
 
 
 def reconcile(module: AnsibleModule) -> dict:
-    manager = build_manager(node_config(module.params), with_runtime=True)
-    try:
+    with build_manager(node_config(module.params), with_runtime=True) as manager:
         plan = manager.reconcile(apply=not module.check_mode)
-    finally:
-        if manager.runtime is not None:
-            manager.runtime.close()
     keys = ["changed", "actions", "errors", "skipped", "counts", "runtime_calls"]
     result = plan_result(module, plan.to_dict(), keys)
     result["state_file"] = manager.store.path

@@ -106,9 +106,9 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import imp
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import OptionError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (
-    TOPOLOGY_ARGS, option_map, run_module)
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import NodeConfig, load_topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.config import option_map
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import TOPOLOGY_ARGS, run_module
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.discovery import load_topology
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.options import parse_options
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.reservation import plan_reservation
 
@@ -119,7 +119,7 @@ def reserve(module: AnsibleModule) -> dict:
         options = parse_options(option_map(params["policy_options"], "policy_options"))
     except OptionError as exc:
         raise OptionError("policy_options: %s" % exc) from None
-    topo = load_topology(NodeConfig(topology_path=params["topology_path"], sysfs_root=params["sysfs_root"]))
+    topo = load_topology(params["topology_path"], params["sysfs_root"])
     plan = plan_reservation(topo, count=params["count"], per_numa=params["per_numa"],
                             isolcpus_complement=params["isolcpus_complement"], whole_cores=params["whole_cores"],
                             options=options)

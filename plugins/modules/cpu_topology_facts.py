@@ -54,12 +54,11 @@ compile_once()  # before the core is imported: each of its modules compiled once
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import TOPOLOGY_ARGS, run_module
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import NodeConfig, load_topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.discovery import load_topology
 
 
 def facts(module: AnsibleModule) -> dict:
-    topo = load_topology(NodeConfig(topology_path=module.params["topology_path"],
-                                    sysfs_root=module.params["sysfs_root"]))
+    topo = load_topology(module.params["topology_path"], module.params["sysfs_root"])
     doc = topo.to_dict()
     doc["summary"] = topo.summary()
     doc["numa_cpus"] = {str(node): str(CPUSet(cpus)) for node, cpus in sorted(topo.numa_cpus.items())}

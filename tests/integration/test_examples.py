@@ -18,8 +18,8 @@ import yaml
 from test_modules import ROOT, collections_path
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import fake_crictl
-import fake_sysfs
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_crictl
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs
 import fleet
 
 MODULES = sorted(name[:-3] for name in os.listdir(os.path.join(ROOT, "plugins", "modules")) if name.endswith(".py"))

@@ -28,8 +28,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
     cpu_manager_admission, cpu_manager_allocate, cpu_manager_info, cpu_manager_kubelet_config, cpu_manager_reconcile,
     cpu_manager_reservation, cpu_topology_facts)
 
-from fake_crictl import make_node
-from kubelet_cases import ROOT
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import make_node
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import ROOT
 
 HOSTILE = ["; rm -rf /", "$(reboot)", "`id`", "a b", "--help", "-rf", "..", "../../etc/passwd", "\u00e9\u6f22\u5b57",
            "\x00", "0" * 300, "", " ", "\n", "*", "{}", "[]", "null"]

@@ -15,7 +15,7 @@ import sys
 import time
 
 import ansible
-import fake_crictl
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_crictl
 import pytest
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode
@@ -25,7 +25,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import No
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
 
-from kubelet_cases import ROOT, collections_path
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import ROOT, collections_path
 
 
 def big_state(entries):

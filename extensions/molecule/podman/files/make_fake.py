@@ -9,11 +9,11 @@ import re
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
-sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "unit")]
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 importlib.import_module("conftest")  # ansible_collections.kubecpu.cpu_manager importable
-import fake_crictl  # noqa: E402
-import fake_sysfs  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_crictl  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs  # noqa: E402
 
 NODE_DIR = "/var/lib/kubecpu/fake"
 

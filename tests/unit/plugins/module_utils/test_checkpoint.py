@@ -11,7 +11,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint imp
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
 
-from kubelet_cases import load
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import load
 
 DATA = load("checkpoint_cases.json")
 FILES = [c for c in DATA["cases"] if c["raw_json"]]

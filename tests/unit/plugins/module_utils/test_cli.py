@@ -15,8 +15,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint imp
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
 
-from kubelet_cases import ROOT, cases, fixture, fixture_as_document, ids
-from fake_sysfs import build, machine
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import ROOT, cases, fixture, fixture_as_document, ids
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_sysfs import build, machine
 
 KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
 OPTION_FLAGS = {"prefer_align_by_uncore_cache": "prefer-align-cpus-by-uncorecache",

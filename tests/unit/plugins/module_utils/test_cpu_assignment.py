@@ -9,7 +9,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpu_assignment
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import AllocationError
 
-from kubelet_cases import cases, fixture, ids
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import cases, fixture, ids
 
 TAKE = cases("take_by_topology.json")
 ACCUMULATOR = cases("accumulator_cases.json")

@@ -16,10 +16,10 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import 
                                                                                  RuntimeOutputError,
                                                                                  RuntimeTimeoutError,
                                                                                  RuntimeUnavailableError)
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime import (CONTAINER_STATES, EXITED, RUNNING,
-                                                                                  cgroupfs_path, qos_from_cgroup)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cgroup_paths import qos_from_cgroup
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime import CONTAINER_STATES, EXITED, RUNNING
 
-from kubelet_cases import SHARED
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import SHARED
 
 SAMPLES = os.path.join(SHARED, "crictl-samples")
 WEB_UID = "a06b0ffe-e387-47dc-90e2-339fa3fc242a"
@@ -195,35 +195,6 @@ def test_a_missing_crictl_says_so(tmp_path):
 
 def test_version_parses_the_runtime_name():
     assert _runtime("version").version()["RuntimeName"] == "containerd"
-
-
-@pytest.mark.parametrize("spec, path", [
-    ("/kubepods/pod1/abc", "/kubepods/pod1/abc"),
-    ("kubepods-burstable-pod1_2.slice:cri-containerd:abc",
-     "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1_2.slice/cri-containerd-abc.scope"),
-    ("kubepods-pod9.slice:crio:abc", "/kubepods.slice/kubepods-pod9.slice/crio-abc.scope"),
-])
-def test_systemd_cgroup_paths_are_expanded(spec, path):
-    assert cgroupfs_path(spec) == path
-
-
-@pytest.mark.parametrize("path, qos", [
-    ("/kubepods/pod1", "Guaranteed"), ("/kubepods/burstable/pod1", "Burstable"),
-    ("/kubepods/besteffort/pod1", "BestEffort"), ("/kubepods.slice/kubepods-pod1.slice", "Guaranteed"),
-    ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice", "Burstable"),
-    ("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice", "BestEffort"),
-    ("/system.slice/docker-1.scope", ""), ("/", ""), ("/kubepods", ""),
-])
-def test_qos_class_from_the_pod_cgroup(path, qos):
-    assert qos_from_cgroup(path) == qos
-
-
-def test_pods_lists_the_five_recorded_sandboxes():
-    pods = _runtime("pods").list_pods()
-    assert sorted((p.namespace, p.name) for p in pods) == [
-        ("batch", "report"), ("prod", "api"), ("prod", "db-migrate"), ("prod", "web"), ("prod", "worker")]
-    assert {p.state for p in pods} == {"SANDBOX_READY"}
-    assert next(p.uid for p in pods if p.name == "web") == WEB_UID
 
 
 @pytest.mark.parametrize("name, parent, qos", [

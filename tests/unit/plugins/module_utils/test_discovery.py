@@ -12,7 +12,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.discovery impo
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import TopologyError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology import Topology
 
-from fake_sysfs import build, machine
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_sysfs import build, machine
 
 # (name, cpus, expected summary: cpus, cores, sockets, numa, uncore, threads per core)
 MACHINES = [

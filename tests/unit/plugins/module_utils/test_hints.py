@@ -16,8 +16,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.hints import T
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology_manager import (
     POLICIES, TopologyManager, TopologyManagerError, bits, mask_of)
 
-from generated import generated
-from kubelet_cases import fixture_as_document, ids, load
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import fixture_as_document, ids, load
 
 HINT_CASES = load("topology_hints.json")["cases"]
 TM = load("topology_manager.json")

@@ -16,7 +16,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet_config
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.reservation import plan_reservation
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
 
-from generated import generated
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
 
 STATE = "/var/lib/kubelet/cpu_manager_state"
 # 2 sockets x 4 cores x 2 threads, one NUMA node per socket; CPU n and n+8 are the two threads of core n

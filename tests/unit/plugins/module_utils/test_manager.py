@@ -15,15 +15,16 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cgroups import
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (KubecpuError, RuntimeUnavailableError,
                                                                                  SafetyError)
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.manager import (ContainerCache, ManagerOptions,
-                                                                                  NodeManager, check_kubelet_policy,
-                                                                                  check_reservation)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.config import ManagerOptions
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.container_cache import ContainerCache
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.manager import NodeManager
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import check_kubelet_policy, check_reservation
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.policy import new_policy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology import Topology
 
-from fake_runtime import FakeRuntime
-from generated import generated_cpus
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_runtime import FakeRuntime
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated_cpus
 
 
 def node(tmp_path, num_reserved=1, options=None, isolated="", cache_file=False, **policy_options):

@@ -1,4 +1,4 @@
-"""The modules' shared settings: near_device to a NUMA preference, option values, validation."""
+"""The modules' adapter: near_device to a NUMA preference (the node settings are test_config's)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import os
 import pytest
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import TopologyError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (STATE_ARGS, node_config,
-                                                                                        numa_affinity)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import numa_affinity
 
 
 def device(root, address, node):
@@ -41,26 +40,3 @@ def test_bad_pci_addresses_are_refused_before_any_file_is_read(bad):
 def test_missing_device_names_the_file(tmp_path):
     with pytest.raises(TopologyError, match=r"cannot read .*numa_node"):
         numa_affinity({"near_device": "0000:00:1f.0", "sysfs_root": str(tmp_path)})
-
-
-def params(**overrides):
-    values = {key: spec.get("default") for key, spec in STATE_ARGS.items()}
-    values.update(overrides)
-    return values
-
-
-def test_node_config_reads_options_as_the_kubelet_does():
-    config = node_config(params(reserved_cpus="0,4", policy_options={"full-pcpus-only": True, "x": "false"}))
-    assert str(config.reserved_cpus) == "0,4"
-    assert dict(config.policy_options) == {"full-pcpus-only": "true", "x": "false"}
-
-
-@pytest.mark.parametrize("overrides, text", [
-    ({"reserved_cpus": "0-x"}, "reserved_cpus: invalid CPU list"),
-    ({"num_reserved": -1}, "num_reserved must not be negative"),
-    ({"runtime_timeout": 0.0}, "runtime_timeout must be more than 0"),
-    ({"policy_options": {"full-pcpus-only": ["a"]}}, "must be a string or a boolean"),
-])
-def test_bad_settings_are_clear_errors(overrides, text):
-    with pytest.raises(TopologyError, match=text):
-        node_config(params(**overrides))

@@ -13,7 +13,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.policy import 
     NonePolicy, StaticPolicy, allocate_cpus, new_policy)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
 
-from kubelet_cases import cases, fixture, ids
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import cases, fixture, ids
 
 ALL = cases("static_policy.json")
 CONVERTIBLE = [c for c in ALL if not c.get("unconvertible")]

@@ -10,7 +10,7 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from generated import generated
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet

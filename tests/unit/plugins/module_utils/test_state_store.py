@@ -20,7 +20,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
 
-from kubelet_cases import ROOT, fixture_as_document
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import ROOT, fixture_as_document
 
 KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
 

@@ -14,7 +14,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
     cpu_manager_admission, cpu_manager_allocate, cpu_manager_info, cpu_manager_reconcile, cpu_topology_facts)
 
-from fake_crictl import calls, cgroup_cpus, make_node
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import calls, cgroup_cpus, make_node
 
 WEB_UID = "a06b0ffe-e387-47dc-90e2-339fa3fc242a"
 

@@ -11,7 +11,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint imp
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.modules import cpu_manager_kubelet_config, cpu_manager_reservation
 
-import fake_sysfs
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs
 
 KUBEADM = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", "cgroupDriver": "systemd"}
 

@@ -83,6 +83,6 @@ def build(root: str, cpus: List[FakeCPU], offline: Iterable[int] = (), isolated:
 def machine(sockets: int, cores_per_socket: int, threads: int, numa_per_socket: int = 1,
             l3_per_socket: int = 1) -> List[FakeCPU]:
     """A regular machine, Linux-numbered (see generated.py), as fake sysfs CPUs."""
-    from generated import generated_cpus
+    from .generated import generated_cpus
     return [FakeCPU(cpu=i.cpu, core=i.core, socket=i.socket, numa=i.numa, l3=i.uncore)
             for i in generated_cpus(sockets, cores_per_socket, threads, numa_per_socket, l3_per_socket)]

@@ -9,7 +9,7 @@ from typing import Any, Dict, List
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology import CPUInfo, Counters, Topology
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))))
 SHARED = os.environ.get("KUBECPU_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
 CASES = os.path.join(SHARED, "kubelet-cases")
 

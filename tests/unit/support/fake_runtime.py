@@ -12,14 +12,15 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (ContainerNotFoundError,
                                                                                  RuntimeUnavailableError)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime import (EXITED, RUNNING, ContainerInfo,
-                                                                                  ListedContainer, ListedPod, Runtime,
-                                                                                  milli_to_quota, milli_to_shares)
+                                                                                  ListedContainer, RuntimeBase)
+
+from .cri_units import milli_to_quota, milli_to_shares
 
 PARENTS = {"Guaranteed": "/kubepods/pod%s", "Burstable": "/kubepods/burstable/pod%s",
            "BestEffort": "/kubepods/besteffort/pod%s"}
 
 
-class FakeRuntime(Runtime):
+class FakeRuntime(RuntimeBase):
     name = "fake"
 
     def __init__(self, cgroup_root: str, all_cpus: str = "0-7", mems: str = "0") -> None:
@@ -103,15 +104,6 @@ class FakeRuntime(Runtime):
         if container_id not in self.infos:
             raise ContainerNotFoundError("container %s not found" % container_id)
         return self.infos[container_id]
-
-    def list_pods(self):
-        self.count("list_pods")
-        self._check()
-        seen = {}
-        for item in self.listed.values():
-            seen[item.sandbox_id] = ListedPod(item.sandbox_id, item.pod_uid, item.pod_name, item.pod_namespace,
-                                              "SANDBOX_READY")
-        return list(seen.values())
 
     def pod_cgroup_parent(self, sandbox_id: str) -> str:
         self.count("inspect_pod")

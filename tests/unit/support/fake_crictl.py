@@ -15,7 +15,7 @@ import stat
 import sys
 from typing import Dict
 
-from kubelet_cases import SHARED
+from .kubelet_cases import SHARED
 
 SAMPLES = os.path.join(SHARED, "crictl-samples")
 

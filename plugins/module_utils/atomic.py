@@ -1,0 +1,53 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""The one way kubecpu replaces a file: a temporary file beside it, then a rename over it.
+
+A reader sees the old file or the new one, never a half-written one. ``durable`` adds the fsyncs that make the
+new file survive a crash (the file before the rename, the directory after): the checkpoint needs them, the
+container cache and the metrics file (both rebuilt by the next pass) do not. Whatever fails, the temporary file
+is removed: a full disk must not fill up with them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from typing import Callable, Optional
+
+
+def fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes, *, durable: bool, mode: int = 0o600,
+                 before_rename: Optional[Callable[[], None]] = None) -> os.stat_result:
+    """Replace ``path`` with ``data``; returns the new file's stat. Raises OSError, the temporary file removed.
+
+    ``before_rename`` runs once the data is written, just before the rename (the store keeps the previous
+    generation there).
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".%s.tmp-" % os.path.basename(path), dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(data)
+            handle.flush()
+            if durable:
+                os.fsync(handle.fileno())
+            written = os.fstat(handle.fileno())
+        if before_rename is not None:
+            before_rename()
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if durable:
+        fsync_directory(directory)
+    return written

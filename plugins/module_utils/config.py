@@ -1,0 +1,133 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""A node's settings, validated once: ``NodeConfig.from_mapping`` serves ``bin/kubecpu`` and every module.
+
+Each setting is checked here and nowhere else, and every bad one raises ``ConfigError`` naming the setting
+(``bin/kubecpu`` exits 2 on it, a module fails with its text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Dict, Mapping, Optional
+
+from .cgroups import DEFAULT_ROOT
+from .cpuset import CPUSet
+from .errors import ConfigError, CPUSetError, OptionError
+from .options import option_strings
+from .policy import POLICY_NAMES, STATIC
+from .runtime import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT  # noqa: PLC0414  # re-exported: the settings' defaults
+from .state_store import DEFAULT_PATH, KUBELET_PATH
+from .topology_manager import POLICIES as TM_POLICIES
+from .topology_manager import SCOPES as TM_SCOPES
+
+DEFAULT_STATE_PATH = DEFAULT_PATH
+KUBELET_STATE_PATH = KUBELET_PATH
+DEFAULT_CGROUP_ROOT = DEFAULT_ROOT
+MAX_TIMEOUT = 3600.0
+RUNTIMES = ("crictl", "cri")
+ISOLATED_MODES = ("ignore", "prefer", "only")
+QUOTA_MODES = ("keep", "unlimited")
+
+
+def _choice(value: Any, name: str, choices: Any) -> str:
+    if value not in choices:
+        raise ConfigError("%s must be one of %s, got %r" % (name, ", ".join(choices), value))
+    return str(value)
+
+
+def option_map(value: Any, name: str) -> Dict[str, str]:
+    """An option map as the kubelet reads it from YAML (string values; YAML booleans become "true"/"false")."""
+    try:
+        return option_strings(value, name)
+    except OptionError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def reserved_cpus(value: Any) -> Optional[CPUSet]:
+    """The reserved CPU list setting (a CPU list text, a CPUSet, or nothing)."""
+    if value is None or value == "" or isinstance(value, CPUSet):
+        return value or None
+    try:
+        return CPUSet.parse(str(value))
+    except CPUSetError as exc:
+        raise ConfigError("reserved_cpus: %s" % exc) from None
+
+
+def num_reserved(value: Any) -> Optional[int]:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ConfigError("num_reserved must not be negative, got %r" % (value,))
+    return value
+
+
+@dataclass(frozen=True)
+class ManagerOptions:
+    """Beyond the kubelet; each off by default so the kubelet-exact behaviour stays the default."""
+
+    isolated_cpus: str = "ignore"  # ignore | prefer | only: take exclusive CPUs from the isolcpus set
+    align_memory: bool = False  # cpuset.mems = NUMA nodes of the exclusive CPUs
+    cpu_quota: str = "keep"  # keep | unlimited: no CFS quota for exclusively pinned containers (and their pod)
+    topology_manager_policy: str = "none"  # with a policy, CPUs are chosen inside the merged NUMA affinity
+    topology_manager_scope: str = "container"
+    topology_manager_options: Optional[Mapping[str, str]] = None
+
+    def __post_init__(self) -> None:
+        _choice(self.isolated_cpus, "isolated_cpus", ISOLATED_MODES)
+        _choice(self.cpu_quota, "cpu_quota", QUOTA_MODES)
+        _choice(self.topology_manager_policy, "topology_manager_policy", TM_POLICIES)
+        _choice(self.topology_manager_scope, "topology_manager_scope", TM_SCOPES)
+        if not isinstance(self.align_memory, bool):
+            raise ConfigError("align_memory must be a boolean, got %r" % (self.align_memory,))
+        object.__setattr__(self, "topology_manager_options",
+                           option_map(self.topology_manager_options, "topology_manager_policy_options"))
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Everything that builds a node's CPU manager and its runtime backend."""
+
+    state_path: str = DEFAULT_STATE_PATH
+    policy: str = STATIC
+    reserved_cpus: Optional[CPUSet] = None
+    num_reserved: Optional[int] = None
+    policy_options: Mapping[str, str] = field(default_factory=dict)
+    topology_path: Optional[str] = None
+    sysfs_root: Optional[str] = None
+    read_only: bool = False
+    runtime: str = "crictl"
+    runtime_endpoint: Optional[str] = None
+    crictl_path: str = "crictl"
+    runtime_timeout: float = DEFAULT_TIMEOUT
+    cgroup_root: str = DEFAULT_CGROUP_ROOT
+    kubelet_state_path: str = KUBELET_STATE_PATH
+    force: bool = False
+    options: ManagerOptions = field(default_factory=ManagerOptions)
+    cache_path: Optional[str] = None  # None: <state>.containers.json
+
+    def __post_init__(self) -> None:
+        _choice(self.policy, "policy", POLICY_NAMES)
+        _choice(self.runtime, "runtime", RUNTIMES)
+        object.__setattr__(self, "reserved_cpus", reserved_cpus(self.reserved_cpus))
+        num_reserved(self.num_reserved)
+        timeout = self.runtime_timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
+            raise ConfigError("runtime_timeout must be more than 0 and at most %d seconds, got %r"
+                              % (MAX_TIMEOUT, timeout))
+        object.__setattr__(self, "policy_options", option_map(self.policy_options, "policy_options"))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], **overrides: Any) -> NodeConfig:
+        """A config from settings by their module option names (a missing or None value takes the default);
+        the manager options may be given flat. ``overrides`` win."""
+        doc = {k: v for k, v in dict(values, **overrides).items() if v is not None}
+        names = {f.name for f in fields(cls)}
+        option_names = {f.name for f in fields(ManagerOptions)}
+        if "options" not in doc:
+            flat = {k: doc[k] for k in option_names if k in doc}
+            if "topology_manager_policy_options" in doc:
+                flat["topology_manager_options"] = doc["topology_manager_policy_options"]
+            doc["options"] = ManagerOptions(**flat)
+        return cls(**{k: v for k, v in doc.items() if k in names})
+
+    def replace(self, **changes: Any) -> NodeConfig:
+        return replace(self, **changes)
