@@ -59,19 +59,26 @@ def build_runtime(config: NodeConfig) -> Runtime:
     return CrictlRuntime(config.crictl_path, endpoint, config.runtime_timeout)
 
 
-def check_kubelet_policy(path: str = KUBELET_PATH, force: bool = False) -> Optional[str]:
-    """Refuse to manage CPUs when the kubelet pins them itself (its checkpoint says ``static``)."""
+def recorded_policy(path: str) -> Optional[str]:
+    """The policy a checkpoint names (its ``policyName``, matched as Go's JSON decoder matches field names); None
+    when the file is missing or says nothing readable (reading it for real then reports why)."""
     try:
         with open(path, encoding="utf-8") as handle:
             doc = json.load(handle)
     except (OSError, ValueError):
         return None
     policy = next((v for k, v in doc.items() if k.lower() == "policyname"), None) if isinstance(doc, dict) else None
+    return policy if isinstance(policy, str) else None
+
+
+def check_kubelet_policy(path: str = KUBELET_PATH, force: bool = False) -> Optional[str]:
+    """Refuse to manage CPUs when the kubelet pins them itself (its checkpoint says ``static``)."""
+    policy = recorded_policy(path)
     if policy == STATIC and not force:
         raise SafetyError("the kubelet pins CPUs on this node itself (%s says policy static): two CPU managers "
                           "would fight over cpusets; use kubecpu only with cpuManagerPolicy none, or set force "
                           "to override" % path)
-    return policy if isinstance(policy, str) else None
+    return policy
 
 
 def check_reservation(policy: Policy) -> None:

@@ -26,6 +26,14 @@ options:
         returns the state, with a warning.
     type: bool
     default: true
+  policy_from_checkpoint:
+    description:
+      - Take the policy from the checkpoint itself (its C(policyName)) instead of O(policy), for a read-only view
+        of a node whose configuration is not known (a kubelet node whose configuration file cannot be read). A
+        missing checkpoint reads as policy V(none). RV(policy_source) says where the policy came from.
+    type: bool
+    default: false
+    version_added: 0.4.0
 """
 
 EXAMPLES = r"""
@@ -48,9 +56,14 @@ EXAMPLES = r"""
 
 RETURN = r"""
 policy:
-  description: The configured policy.
+  description: The policy the state was read with.
   returned: always
   type: str
+policy_source:
+  description: Where the policy came from, V(configured) (O(policy)) or V(checkpoint) (O(policy_from_checkpoint)).
+  returned: always
+  type: str
+  version_added: 0.4.0
 state:
   description: The checkpoint (C(policyName), C(defaultCpuSet), C(entries)).
   returned: always
@@ -118,11 +131,15 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.info import node_info
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (
     STATE_ARGS, node_config, run_module)
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager, build_runtime
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager, build_runtime, recorded_policy
 
 
 def info(module: AnsibleModule) -> dict:
     config = node_config(module.params, read_only=True)
+    source = "configured"
+    if module.params["policy_from_checkpoint"]:
+        config = config.replace(policy=recorded_policy(config.state_path) or "none")
+        source = "checkpoint"
     manager = build_manager(config)
     warnings = []
     if module.params["query_runtime"]:
@@ -134,12 +151,13 @@ def info(module: AnsibleModule) -> dict:
         result = node_info(manager, manager.read_state(), module.params["query_runtime"])
     for warning in warnings + result.pop("warnings"):
         module.warn(warning)
-    result["changed"] = False
+    result.update(changed=False, policy_source=source)
     return result
 
 
 def main() -> None:
-    spec = dict(STATE_ARGS, query_runtime={"type": "bool", "default": True})
+    spec = dict(STATE_ARGS, query_runtime={"type": "bool", "default": True},
+                policy_from_checkpoint={"type": "bool", "default": False})
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     run_module(module, info)
 

@@ -119,3 +119,37 @@ def test_plan_answers_what_a_topology_manager_policy_would_admit(local_fleet, tm
     assert plan["admission"]["policy"] == "restricted" and plan["admission"]["error"] is None
     assert [(c["pod"], c["container"], c["admitted"], c["numa_nodes"]) for c in plan["admission"]["containers"]] == [
         ("prod/web", "main", True, [0])]
+
+
+@pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="chromium is not installed")
+def test_report_reads_the_checkpoint_without_a_kubelet_configuration_and_shows_failed_reads(tmp_path):
+    """A kubelet node whose configuration is not readable shows what its checkpoint says (policy from the file, and
+    the page says so); a node whose read fails is counted and shown as an error with its message, never as empty."""
+    directory = str(tmp_path / "fleet")
+    fleet.build(directory, 3, sys.executable, ("kubelet-static", "kubelet-static", "agent"))
+    nodes = os.path.join(directory, "nodes")
+    os.unlink(os.path.join(nodes, "node000-kubelet-static", "kubelet", "config.yaml"))
+    with open(os.path.join(nodes, "node001-kubelet-static", "kubelet", "cpu_manager_state"), "w") as handle:
+        handle.write('{"policyName":"static","defaultCpuSet":"0-3","checksum":1}')
+    report = tmp_path / "report"
+    proc = run_playbook("report.yml", os.path.join(directory, "inventory.yml"), {"kubecpu_report_dir": str(report)})
+    assert "3 nodes, 1 with errors" in " ".join(proc.stdout.split())
+    doc = {n["node"]: n for n in json.load(open(report / "fleet.json"))["nodes"]}
+    unconfigured, broken, agent = (doc[name] for name in sorted(doc))
+    assert unconfigured["error"] is None
+    assert unconfigured["policy"] == "static" and unconfigured["policy_source"] == "checkpoint"
+    owners = {c["cpu"]: c["owner"] for c in unconfigured["cpus"] if c["kind"] == "exclusive"}
+    assert owners == {4: POD_A + "/app", 12: POD_A + "/app", **{c: POD_B + "/db" for c in (5, 6, 7, 13, 14, 15)}}
+    assert "checkpoint is corrupted" in broken["error"] and broken["policy"] is None
+    assert agent["error"] is None and agent["policy_source"] == "configured"
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto((report / "index.html").as_uri())
+        meta = page.inner_text('.node[data-node="node000-kubelet-static"] .meta')
+        assert "policy static (from the checkpoint: no kubelet configuration)" in meta
+        error = page.inner_text('.node[data-node="node001-kubelet-static"] .error')
+        assert error.startswith("error: ") and "checkpoint is corrupted" in error
+        assert "1 nodes with errors" in page.inner_text("body")
+        browser.close()
