@@ -15,16 +15,20 @@ import sys
 import time
 
 import ansible
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_crictl
 import pytest
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.container_cache import ContainerCache
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import StoreError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import NodeConfig, build_manager
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.metrics import Metrics
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.config import NodeConfig
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime import ContainerInfo
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
 
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_crictl
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import ROOT, collections_path
 
 
@@ -178,3 +182,30 @@ def test_a_hundred_module_allocations_and_the_agent_together(tmp_path):
         assert cpus.isdisjoint(taken)
         taken = taken.union(cpus)
     assert len(taken) == 100 and saved.default.isdisjoint(taken)
+
+
+def test_a_full_disk_leaves_no_temporary_file_of_the_cache_or_the_metrics(tmp_path):
+    """Each agent pass writes the container cache and the metrics: on a full disk neither may leave a temporary file
+    behind (one more per pass would fill what little room is left), and both recover once there is room."""
+    with tmpfs(tmp_path / "small", "64k") as mount:
+        cache = ContainerCache(str(mount / "state.containers.json"))
+        for n in range(100):
+            cache.put(ContainerInfo("%064d" % n, "pod-%d" % n, "p", "ns", "app", 0, "Guaranteed",
+                                    "/kubepods/pod%d/%064d" % (n, n), 1024, 100000, 100000, 0), "CONTAINER_RUNNING")
+        metrics = Metrics()
+        for n in range(300):
+            metrics.inc("kubecpu_runtime_calls_total", call="call-%d" % n)
+        with open(mount / "filler", "wb", buffering=0) as filler:
+            with contextlib.suppress(OSError):
+                while filler.write(b"\0" * 4096):
+                    pass
+        for _ in range(3):  # three passes
+            cache.save()
+            with pytest.raises(OSError):
+                metrics.write(str(mount / "kubecpu.prom"))
+        assert leftovers(mount) == [] and cache.dirty
+        os.unlink(mount / "filler")
+        cache.save()
+        metrics.write(str(mount / "kubecpu.prom"))
+        assert not cache.dirty and len(ContainerCache(cache.path).infos) == 100
+        assert sorted(os.listdir(mount)) == ["kubecpu.prom", "state.containers.json"]

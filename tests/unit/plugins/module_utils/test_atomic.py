@@ -1,0 +1,66 @@
+"""atomic_write: a reader sees the old file or the new one; on any failure the old bytes stay and no temporary file
+is left; ``durable`` fsyncs the file before the rename and the directory after."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import atomic
+
+
+def temporaries(directory):
+    return [name for name in os.listdir(directory) if ".tmp-" in name]
+
+
+@pytest.mark.parametrize("durable, syncs", [(True, 2), (False, 0)])
+def test_replaces_the_file_with_its_mode_and_syncs_only_when_durable(tmp_path, monkeypatch, durable, syncs):
+    path = tmp_path / "file"
+    path.write_bytes(b"old")
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd) or real(fd))
+    stat = atomic.atomic_write(str(path), b"new", durable=durable, mode=0o640)
+    assert path.read_bytes() == b"new" and os.stat(path).st_mode & 0o777 == 0o640
+    assert stat.st_ino == os.stat(path).st_ino and len(calls) == syncs and temporaries(tmp_path) == []
+
+
+@pytest.mark.parametrize("failing", ["fsync", "replace", "fchmod"])
+def test_a_failure_keeps_the_old_bytes_and_removes_the_temporary_file(tmp_path, monkeypatch, failing):
+    path = tmp_path / "file"
+    path.write_bytes(b"old")
+
+    def full(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, failing, full)
+    with pytest.raises(OSError, match="No space left on device"):
+        atomic.atomic_write(str(path), b"new", durable=True)
+    assert path.read_bytes() == b"old" and temporaries(tmp_path) == []
+
+
+def test_before_rename_runs_once_the_data_is_written_and_its_failure_removes_the_temporary(tmp_path):
+    path = tmp_path / "file"
+    path.write_bytes(b"old")
+    seen = []
+    atomic.atomic_write(str(path), b"new", durable=False, before_rename=lambda: seen.append(path.read_bytes()))
+    assert seen == [b"old"] and path.read_bytes() == b"new"
+
+    def refuse():
+        raise OSError(errno.EIO, "no")
+
+    with pytest.raises(OSError):
+        atomic.atomic_write(str(path), b"newer", durable=False, before_rename=refuse)
+    assert path.read_bytes() == b"new" and temporaries(tmp_path) == []
+
+
+def test_an_interrupt_also_removes_the_temporary_file(tmp_path, monkeypatch):
+    def interrupted(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        atomic.atomic_write(str(tmp_path / "file"), b"x", durable=False)
+    assert os.listdir(tmp_path) == []
