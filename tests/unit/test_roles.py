@@ -43,3 +43,17 @@ def test_argument_specs_defaults_and_readme_agree(role):
         assert spec.get("description"), name
         assert defaults[name] == spec.get("default"), name
         assert "| `%s` |" % name in readme, name
+
+
+def test_the_agent_package_is_built_in_a_directory_of_the_runs_own():
+    """Two runs of one user at once must not share the controller-side archive: it lives in a fresh tempfile
+    directory registered by this run, and that directory is removed whatever happens."""
+    archive = load("cpu_manager_agent", "vars", "main.yml")["__cpu_manager_agent_archive"]
+    assert archive == "{{ __cpu_manager_agent_package_dir.path }}/kubecpu-agent.tar"
+    tasks = load("cpu_manager_agent", "tasks", "present.yml")
+    made = next(t for t in tasks if t.get("register") == "__cpu_manager_agent_package_dir")
+    assert made["ansible.builtin.tempfile"]["state"] == "directory" and made["delegate_to"] == "localhost"
+    block = next(t for t in tasks if "block" in t)
+    assert any("__cpu_manager_agent_archive" in str(t) for t in block["block"])
+    (cleanup,) = block["always"]
+    assert cleanup["ansible.builtin.file"] == {"path": "{{ __cpu_manager_agent_package_dir.path }}", "state": "absent"}

@@ -7,6 +7,7 @@ Node: 4 single-thread CPUs, one reserved (CPU 0); prod/web main is Guaranteed wi
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -198,3 +199,21 @@ def test_admission_reports_a_rejection(node, tmp_path, capsys, policy, topology_
     expected = ("prod/web", "main", False, topology_refusal)
     assert (row["pod"], row["container"], row["admitted"], row["topology"]) == expected
     assert ("Resources cannot be allocated with Topology locality" in row["reason"]) == topology_refusal
+
+
+@pytest.mark.parametrize("runtime", ["crictl", "cri"])
+@pytest.mark.parametrize("bad, text", [
+    ({"cpus": -1}, "cpus must not be negative, got -1"),
+    ({"near_device": "$(reboot)"}, "not a PCI address"),
+    ({"runtime_timeout": 0.0}, "runtime_timeout must be more than 0"),
+    ({"reserved_cpus": "0-x"}, "reserved_cpus: invalid CPU list"),
+])
+def test_allocate_checks_every_parameter_before_anything_is_opened(node, tmp_path, capsys, runtime, bad, text):
+    """Nothing is run, connected, generated or written for a request with a bad parameter (the CRI backend used
+    to open its channel, and generate code beside the state, before ``cpus`` was checked)."""
+    args = dict(common(node, tmp_path), runtime=runtime, runtime_endpoint="unix://" + str(tmp_path / "no.sock"),
+                pod_uid=WEB_UID, container_name="main", **bad)
+    result = run(cpu_manager_allocate, args, capsys)
+    assert result["rc"] == 1 and text in result["msg"]
+    assert result["error_type"] in ("ConfigError", "TopologyError")  # both configuration errors
+    assert calls(node["log"]) == [] and sorted(os.listdir(tmp_path)) == ["node"]
