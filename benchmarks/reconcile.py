@@ -27,7 +27,8 @@ import time
 from _common import percentiles  # also sets up the import path
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cgroups import CgroupFS
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.manager import ContainerCache, NodeManager
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.container_cache import ContainerCache
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.manager import NodeManager
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.policy import new_policy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
 

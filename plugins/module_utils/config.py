@@ -9,13 +9,13 @@ Each setting is checked here and nowhere else, and every bad one raises ``Config
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from .cgroups import DEFAULT_ROOT
 from .cpuset import CPUSet
-from .errors import ConfigError, CPUSetError, OptionError
-from .options import option_strings
+from .errors import ConfigError
 from .policy import POLICY_NAMES, STATIC
+from .settings import choice, num_reserved, option_map, reserved_cpus
 from .runtime import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT  # noqa: PLC0414  # re-exported: the settings' defaults
 from .state_store import DEFAULT_PATH, KUBELET_PATH
 from .topology_manager import POLICIES as TM_POLICIES
@@ -30,36 +30,6 @@ ISOLATED_MODES = ("ignore", "prefer", "only")
 QUOTA_MODES = ("keep", "unlimited")
 
 
-def _choice(value: Any, name: str, choices: Any) -> str:
-    if value not in choices:
-        raise ConfigError("%s must be one of %s, got %r" % (name, ", ".join(choices), value))
-    return str(value)
-
-
-def option_map(value: Any, name: str) -> Dict[str, str]:
-    """An option map as the kubelet reads it from YAML (string values; YAML booleans become "true"/"false")."""
-    try:
-        return option_strings(value, name)
-    except OptionError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def reserved_cpus(value: Any) -> Optional[CPUSet]:
-    """The reserved CPU list setting (a CPU list text, a CPUSet, or nothing)."""
-    if value is None or value == "" or isinstance(value, CPUSet):
-        return value or None
-    try:
-        return CPUSet.parse(str(value))
-    except CPUSetError as exc:
-        raise ConfigError("reserved_cpus: %s" % exc) from None
-
-
-def num_reserved(value: Any) -> Optional[int]:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise ConfigError("num_reserved must not be negative, got %r" % (value,))
-    return value
-
-
 @dataclass(frozen=True)
 class ManagerOptions:
     """Beyond the kubelet; each off by default so the kubelet-exact behaviour stays the default."""
@@ -72,10 +42,10 @@ class ManagerOptions:
     topology_manager_options: Optional[Mapping[str, str]] = None
 
     def __post_init__(self) -> None:
-        _choice(self.isolated_cpus, "isolated_cpus", ISOLATED_MODES)
-        _choice(self.cpu_quota, "cpu_quota", QUOTA_MODES)
-        _choice(self.topology_manager_policy, "topology_manager_policy", TM_POLICIES)
-        _choice(self.topology_manager_scope, "topology_manager_scope", TM_SCOPES)
+        choice(self.isolated_cpus, "isolated_cpus", ISOLATED_MODES)
+        choice(self.cpu_quota, "cpu_quota", QUOTA_MODES)
+        choice(self.topology_manager_policy, "topology_manager_policy", TM_POLICIES)
+        choice(self.topology_manager_scope, "topology_manager_scope", TM_SCOPES)
         if not isinstance(self.align_memory, bool):
             raise ConfigError("align_memory must be a boolean, got %r" % (self.align_memory,))
         object.__setattr__(self, "topology_manager_options",
@@ -105,8 +75,8 @@ class NodeConfig:
     cache_path: Optional[str] = None  # None: <state>.containers.json
 
     def __post_init__(self) -> None:
-        _choice(self.policy, "policy", POLICY_NAMES)
-        _choice(self.runtime, "runtime", RUNTIMES)
+        choice(self.policy, "policy", POLICY_NAMES)
+        choice(self.runtime, "runtime", RUNTIMES)
         object.__setattr__(self, "reserved_cpus", reserved_cpus(self.reserved_cpus))
         num_reserved(self.num_reserved)
         timeout = self.runtime_timeout

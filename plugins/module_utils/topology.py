@@ -130,25 +130,15 @@ class Topology:
             out.update(index.get(unit, ()))
         return CPUSet._trusted(out)
 
-    def cpus_in_cores(self, *ids: int) -> CPUSet:
-        return self._cpus_in(self.core_cpus, ids)
-
     def cpus_in_sockets(self, *ids: int) -> CPUSet:
         return self._cpus_in(self.socket_cpus, ids)
 
     def cpus_in_numa_nodes(self, *ids: int) -> CPUSet:
         return self._cpus_in(self.numa_cpus, ids)
 
-    def cpus_in_uncore_caches(self, *ids: int) -> CPUSet:
-        return self._cpus_in(self.uncore_cpus, ids)
-
     def sockets_in_numa_nodes(self, *ids: int) -> List[int]:
         wanted = set(ids)
         return sorted({i.socket for i in self.cpus_info if i.numa in wanted})
-
-    def numa_nodes_in_sockets(self, *ids: int) -> List[int]:
-        wanted = set(ids)
-        return sorted({i.numa for i in self.cpus_info if i.socket in wanted})
 
     def core_siblings(self, cpus: Iterable[int]) -> CPUSet:
         """All CPUs sharing a core with any of ``cpus`` (the kubelet's reservedPhysicalCPUs)."""

@@ -170,7 +170,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import imp
 
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.config import num_reserved, reserved_cpus
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.settings import num_reserved, reserved_cpus
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import StoreError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet_config import (
     TOPOLOGY_POLICIES, TOPOLOGY_SCOPES, Desired, plan_change)

@@ -104,8 +104,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import imp
 
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import (
-    STATE_ARGS, node_config, plan_result, run_module)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import plan_result, run_module
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_node import STATE_ARGS, node_config
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
 
 

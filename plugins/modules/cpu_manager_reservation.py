@@ -106,7 +106,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import imp
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import OptionError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.config import option_map
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.settings import option_map
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import TOPOLOGY_ARGS, run_module
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.discovery import load_topology
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.options import parse_options

@@ -7,7 +7,7 @@ import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.config import ManagerOptions, NodeConfig
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import STATE_ARGS, node_config
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_node import STATE_ARGS, node_config
 
 
 def params(**overrides):

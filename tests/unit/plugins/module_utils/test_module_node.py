@@ -7,7 +7,7 @@ import os
 import pytest
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import TopologyError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import numa_affinity
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_node import numa_affinity
 
 
 def device(root, address, node):
