@@ -7,12 +7,14 @@ from __future__ import annotations
 import gc
 import importlib
 import os
+import sys
 from unittest import mock
 
 import pytest
 
 from ansible.executor.process.worker import WorkerProcess
 from ansible.plugins.action.normal import ActionModule as NormalAction
+from ansible_collections.kubecpu.cpu_manager.plugins.plugin_utils import module_action
 from ansible_collections.kubecpu.cpu_manager.plugins.plugin_utils.module_action import ModuleAction
 
 PLUGINS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "plugins")
@@ -75,3 +77,16 @@ def test_normal_actions_capabilities_are_kept():
 def test_every_module_has_the_action(module):
     action = importlib.import_module("ansible_collections.kubecpu.cpu_manager.plugins.action." + module)
     assert issubclass(action.ActionModule, ModuleAction)
+
+
+@pytest.mark.usefixtures("collector")
+def test_it_retires_itself_where_the_collector_needs_no_switch(monkeypatch):
+    """CPython 3.14's incremental collector, other interpreters, another ansible-core: the plain normal action."""
+    monkeypatch.setattr(module_action, "_SWITCH", False)
+    seen = run(in_worker=True)
+    assert seen["enabled"] is True and gc.isenabled()
+
+
+def test_the_switch_is_on_exactly_for_the_affected_interpreters():
+    affected = sys.implementation.name == "cpython" and sys.version_info[:2] < (3, 14)
+    assert module_action._SWITCH is affected
