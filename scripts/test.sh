@@ -39,6 +39,20 @@ ansible-galaxy collection install --offline --force -p "$installed/collections" 
 export KUBECPU_COLLECTIONS_PATH="$installed/collections"
 ls "$KUBECPU_COLLECTIONS_PATH/ansible_collections/kubecpu/cpu_manager/roles" "$installed"/kubecpu-cpu_manager-*.tar.gz
 
+stage "execution environment: ansible-builder create with the built collection, and its requirements as introspect reads them"
+ee="$installed/ee"
+mkdir -p "$ee"
+printf -- '---\nversion: 3\nimages:\n  base_image:\n    name: quay.io/ansible/awx-ee:latest\ndependencies:\n  galaxy:\n    collections:\n      - name: %s\n        type: file\n' \
+  "$(ls "$installed"/kubecpu-cpu_manager-*.tar.gz)" > "$ee/execution-environment.yml"
+ansible-builder create -f "$ee/execution-environment.yml" -c "$ee/context" >/dev/null
+grep -q "kubecpu-cpu_manager-.*\.tar\.gz" "$ee/context/_build/requirements.yml"
+ansible-builder introspect --sanitize "$KUBECPU_COLLECTIONS_PATH" > "$ee/dependencies.yml" 2>/dev/null
+for want in "grpcio>=1.50  # from collection kubecpu.cpu_manager" "protobuf>=4.21  # from collection kubecpu.cpu_manager" \
+            "tar [platform:rpm platform:dpkg]  # from collection kubecpu.cpu_manager"; do
+  grep -qF "$want" "$ee/dependencies.yml" || { echo "the execution environment misses: $want"; cat "$ee/dependencies.yml"; exit 1; }
+done
+echo "build context $ee/context names the collection; introspect finds its requirements.txt and bindep.txt"
+
 stage "ansible-test units: the unit, property and reliability tests (collection copied to ansible_collections/kubecpu/cpu_manager)"
 work=$(mktemp -d "${TMPDIR:-/tmp}/kubecpu-ansible-test.XXXXXX")
 dest="$work/ansible_collections/kubecpu/cpu_manager"

@@ -1,0 +1,38 @@
+"""The specification ships with the code: every document the code cites is in docs/, equal to the ground truth."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import ROOT, SHARED
+
+CITED = re.compile(r"\b([A-Z][A-Z_]+\.md)\b")
+SOURCES = ("plugins", "bin", "roles", "playbooks", "scripts", "benchmarks", "README.md")
+
+
+def cited():
+    found = set()
+    for source in SOURCES:
+        path = os.path.join(ROOT, source)
+        files = [path] if os.path.isfile(path) else [
+            os.path.join(d, f) for d, _dirs, names in os.walk(path) for f in names if f.endswith((".py", ".yml", ".md", ".j2")) or f == "kubecpu"]
+        for name in files:
+            with open(name, encoding="utf-8") as handle:
+                found.update(CITED.findall(handle.read()))
+    return found - {"README.md", "CHANGELOG.md", "DEVELOPERS.md", "ENVIRONMENT.md", "STYLE.md"}
+
+
+def test_every_cited_document_is_in_docs():
+    names = cited()
+    assert {"ALGORITHM.md", "RUNTIME.md", "TOPOLOGY.md", "HINTS.md"} <= names
+    assert sorted(n for n in names if not os.path.exists(os.path.join(ROOT, "docs", n))) == []
+
+
+@pytest.mark.skipif(not os.path.isdir(SHARED), reason="the ground truth is not beside this copy")
+@pytest.mark.parametrize("name", sorted(n for n in os.listdir(os.path.join(ROOT, "docs")) if n != "README.md"))
+def test_the_copies_equal_the_ground_truth(name):
+    with open(os.path.join(ROOT, "docs", name), "rb") as copy, open(os.path.join(SHARED, name), "rb") as truth:
+        assert copy.read() == truth.read(), "docs/%s differs from the ground truth: copy it again" % name
