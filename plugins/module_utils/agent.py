@@ -47,8 +47,10 @@ def parse_duration(text: str) -> float:
 class Agent:
     def __init__(self, manager: NodeManager, period: float, log: TextIO, metrics_path: Optional[str] = None, *,
                  max_backoff: float = 30.0, max_passes: Optional[int] = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        """``max_passes`` ends the loop after that many passes (tests); ``clock`` is the loop's time source."""
+                 clock: Callable[[], float] = time.monotonic,
+                 wait: Optional[Callable[[int, float], None]] = None) -> None:
+        """``max_passes`` ends the loop after that many passes; ``clock`` (the time source) and ``wait`` (the pause
+        between passes: a wake-up descriptor and seconds) are the loop's seams to time."""
         self.manager = manager
         self.period = period
         self.log = log
@@ -57,6 +59,7 @@ class Agent:
         self.max_backoff = max(max_backoff, period)
         self.max_passes = max_passes
         self.clock = clock
+        self.wait = wait or _wait
         self.stopping: Optional[int] = None  # the signal that asked the loop to stop
         self.home: FrozenSet[int] = frozenset(os.sched_getaffinity(0))  # where the agent may run at all
         self.confined: FrozenSet[int] = self.home
@@ -97,9 +100,7 @@ class Agent:
                     wait = backoff
                     self._say("warning", "retrying in %.1fs" % wait)
                 if wait > 0 and self.stopping is None:
-                    select.select([wake_read], [], [], wait)
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(wake_read, 64)
+                    self.wait(wake_read, wait)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -160,3 +161,10 @@ class Agent:
             self.metrics.write(self.metrics_path)
         except OSError as exc:
             self._say("error", "cannot write metrics to %s: %s" % (self.metrics_path, exc.strerror or exc))
+
+
+def _wait(wake_fd: int, seconds: float) -> None:
+    """Sleep ``seconds``, or until a signal writes to the wake-up descriptor."""
+    select.select([wake_fd], [], [], seconds)
+    with contextlib.suppress(BlockingIOError):
+        os.read(wake_fd, 64)

@@ -13,12 +13,10 @@ import pytest
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cgroups import CgroupFS
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (KubecpuError, RuntimeUnavailableError,
-                                                                                 SafetyError)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import KubecpuError, RuntimeUnavailableError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.config import ManagerOptions
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.container_cache import ContainerCache
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.manager import NodeManager
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import check_kubelet_policy, check_reservation
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.policy import new_policy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology import Topology
@@ -220,19 +218,6 @@ def test_align_memory_and_unlimited_quota(tmp_path):
     assert rt.read(g, "cpu.cfs_quota_us") == "100000"  # restored on release
     assert open(pod_quota).read().strip() == "100000"
     assert rt.read(g, "cpuset.mems") == "0-1"
-
-
-def test_refusals(tmp_path):
-    kubelet = tmp_path / "kubelet_state"
-    kubelet.write_text('{"policyName":"static","defaultCpuSet":"0-7","checksum":0}')
-    with pytest.raises(SafetyError, match="pins CPUs on this node itself"):
-        check_kubelet_policy(str(kubelet))
-    assert check_kubelet_policy(str(kubelet), force=True) == "static"
-    kubelet.write_text('{"policyName":"none","defaultCpuSet":"","checksum":0}')
-    assert check_kubelet_policy(str(kubelet)) == "none"
-    manager, _rt = node(tmp_path, num_reserved=0)
-    with pytest.raises(SafetyError, match="reserved CPU"):
-        check_reservation(manager.policy)
 
 
 def test_qos_comes_from_the_pod_sandbox_when_the_container_status_has_no_cgroup(tmp_path):
