@@ -167,6 +167,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dir = "/usr/lib/cni"
     conf_dir = "{dir}/cni"
 """
+NRI_CONFIG = """[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  socket_path = "{dir}/nri.sock"
+  plugin_path = "{dir}/nri-plugins"
+  plugin_config_path = "{dir}/nri-conf"
+  plugin_request_timeout = "2s"
+"""
 
 
 def missing_requirements() -> List[str]:
@@ -224,13 +231,25 @@ def _image_tar(tag: str, cmd: List[str]) -> bytes:
 class Lab:
     """One containerd in a temporary directory; ``with Lab() as lab:`` starts and tears it down."""
 
-    def __init__(self, directory: Optional[str] = None) -> None:
+    def __init__(self, directory: Optional[str] = None, binaries: Optional[str] = None, nri: bool = False) -> None:
+        """``binaries``: a directory with another containerd (and its shim and ctr), first on its PATH; ``nri``: its
+        NRI plugin socket at ``nri_socket`` (containerd 1.7 and later)."""
         self.dir = directory or tempfile.mkdtemp(prefix="kubecpu-lab-")
+        self.binaries = binaries
+        self.nri = nri
+        self.nri_socket = os.path.join(self.dir, "nri.sock")
         self.socket = os.path.join(self.dir, "containerd.sock")
         self.endpoint = "unix://" + self.socket
         self.proc: Optional[subprocess.Popen] = None  # type: ignore[type-arg]
         self.cri: Any = None
         self.pods: List[str] = []
+
+    @property
+    def env(self) -> Dict[str, str]:
+        """The environment of containerd and ctr: ``binaries`` first on the PATH (the shim is found there)."""
+        if not self.binaries:
+            return dict(os.environ)
+        return dict(os.environ, PATH=self.binaries + os.pathsep + os.environ.get("PATH", ""))
 
     def __enter__(self) -> Lab:
         self.start()
@@ -243,20 +262,22 @@ class Lab:
         os.makedirs(os.path.join(self.dir, "cni"), exist_ok=True)
         with open(os.path.join(self.dir, "config.toml"), "w", encoding="utf-8") as handle:
             handle.write(CONFIG.format(dir=self.dir, pause=PAUSE_IMAGE))
+            if self.nri:
+                handle.write(NRI_CONFIG.format(dir=self.dir))
         self.start_daemon()
         for tag, cmd in ((BUSYBOX_IMAGE, ["/bin/sh"]), (PAUSE_IMAGE, ["/bin/sleep", "infinity"])):
             path = os.path.join(self.dir, tag.replace("/", "_").replace(":", "_") + ".tar")
             with open(path, "wb") as handle:
                 handle.write(_image_tar(tag, cmd))
             subprocess.run(["ctr", "-a", self.socket, "-n", "k8s.io", "images", "import", path], check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=self.env)
         self.cri = LabCRI(self.endpoint, timeout=10.0)
         self.image_id = self._image_id(BUSYBOX_IMAGE)
 
     def start_daemon(self) -> None:
         log = open(os.path.join(self.dir, "containerd.log"), "ab")  # pylint: disable=consider-using-with
         self.proc = subprocess.Popen(["containerd", "--config", os.path.join(self.dir, "config.toml")],
-                                     stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+                                     stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=self.env)
         deadline = time.monotonic() + 30
         while not os.path.exists(self.socket):
             if self.proc.poll() is not None or time.monotonic() > deadline:
