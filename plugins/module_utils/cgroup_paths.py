@@ -26,6 +26,16 @@ def cgroupfs_path(spec_path: str) -> str:
     return spec_path if spec_path.startswith("/") else "/" + spec_path
 
 
+def parent_path(parent: str) -> str:
+    """A pod's cgroup parent as the kubelet gives it to the runtime, in cgroupfs form: a systemd slice name
+    (``kubepods-pod1.slice``) expanded, a ``slice:prefix:name`` path converted, a cgroupfs path as it is."""
+    if ":" in parent:
+        return cgroupfs_path(parent)
+    if parent.endswith(".slice") and "/" not in parent:
+        return "/" + expand_systemd_slice(parent)
+    return parent
+
+
 def qos_from_cgroup(pod_path: str) -> str:
     """The QoS class from a kubelet pod cgroup (cgroupfs or systemd driver names); "" when not a kubelet pod."""
     parts = [p for p in pod_path.split("/") if p]

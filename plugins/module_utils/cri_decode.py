@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Mapping, Optional
 
-from .cgroup_paths import cgroupfs_path, qos_from_cgroup
+from .cgroup_paths import cgroupfs_path, parent_path, qos_from_cgroup
 from .errors import RuntimeOutputError
 from .runtime import ContainerInfo, ListedContainer, check_container_id
 from .runtime import CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL
@@ -64,7 +64,7 @@ def sandbox_cgroup_parent(info: Mapping[str, Any], what: str) -> str:
     config = as_dict(as_dict(info.get("config"), what + " config").get("linux"), what + " config.linux")
     parent = as_str(config.get("cgroup_parent"), what + " cgroup_parent")
     if parent:
-        return cgroupfs_path(parent) if ":" in parent else parent
+        return parent_path(parent)
     spec = as_dict(as_dict(info.get("runtimeSpec"), what + " runtimeSpec").get("linux"), what + " spec linux")
     path = as_str(spec.get("cgroupsPath"), what + " cgroupsPath")
     return cgroupfs_path(path).rsplit("/", 1)[0] if path else ""

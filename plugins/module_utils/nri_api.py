@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any, Optional, Tuple
 
-from .cgroup_paths import cgroupfs_path, qos_from_cgroup
+from .cgroup_paths import cgroupfs_path, parent_path, qos_from_cgroup
 from .proto_schema import Schema
 from .runtime import CONTAINER_NAME_LABEL, EXITED, RUNNING, UNKNOWN, ContainerInfo, ListedContainer
 
@@ -102,10 +102,8 @@ def container_model(pod: Any, container: Any, created_at: int, *, state: Optiona
     container's (an in-place resize)."""
     shares, quota, period = cpu_resources(resources if resources is not None else container.linux.resources)
     path = cgroupfs_path(container.linux.cgroups_path) if container.linux.cgroups_path else ""
-    parent = pod.linux.cgroup_parent
-    parent_path = cgroupfs_path(parent) if ":" in parent else parent
     qos = qos_from_cgroup(path.rsplit("/", 1)[0]) if path else ""
-    qos = qos or (qos_from_cgroup(parent_path) if parent_path else "")
+    qos = qos or qos_from_cgroup(parent_path(pod.linux.cgroup_parent))
     name = container.labels.get(CONTAINER_NAME_LABEL) or container.name
     status = state or _STATES.get(container.state, UNKNOWN)
     memory = resources if resources is not None else container.linux.resources

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cgroup_paths import (cgroupfs_path,
-                                                                                       expand_systemd_slice,
+                                                                                       expand_systemd_slice, parent_path,
                                                                                        qos_from_cgroup)
 
 
@@ -37,3 +37,13 @@ def test_systemd_cgroup_paths_are_expanded(spec, path):
 ])
 def test_qos_class_from_the_pod_cgroup(path, qos):
     assert qos_from_cgroup(path) == qos
+
+
+@pytest.mark.parametrize("parent, path", [
+    ("/kubepods/burstable/pod1", "/kubepods/burstable/pod1"),
+    ("kubepods-burstable-pod1.slice", "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice"),
+    ("kubepods-pod1.slice:cri-containerd:abc", "/kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope"),
+    ("", ""),
+])
+def test_a_pods_cgroup_parent_in_cgroupfs_form(parent, path):
+    assert parent_path(parent) == path

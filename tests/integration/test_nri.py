@@ -1,0 +1,150 @@
+"""bin/kubecpu nri against a real runtime: Debian 13's containerd 1.7.24 with NRI enabled (scripts/containerd-nri.sh),
+cgroup v1, cgroupfs driver. A container's command prints its Cpus_allowed_list before anything else, so its log's
+first line is what it saw from its first instruction.
+
+These machines have 2 CPUs: one reserved, CPU 1 is the only one that can become exclusive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
+FIRST_LINE = ["/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status; exec sleep 100000"]
+
+
+@pytest.fixture(scope="module")
+def nri_lab(tmp_path_factory):
+    import lab as lab_module
+
+    problems = lab_module.missing_requirements()
+    if problems:
+        if os.environ.get("CI"):
+            pytest.fail("the NRI tests need a real containerd: " + "; ".join(problems))
+        pytest.skip("no real containerd here: " + "; ".join(problems))
+    binaries = subprocess.run(["bash", os.path.join(ROOT, "scripts", "containerd-nri.sh")], capture_output=True,
+                              text=True, check=True, timeout=600).stdout.strip().splitlines()[-1]
+    with lab_module.Lab(binaries=binaries, nri=True) as running:
+        yield running
+
+
+class Plugin:
+    """bin/kubecpu nri as a process, its log in a file."""
+
+    def __init__(self, lab, directory):
+        self.lab = lab
+        self.state = os.path.join(directory, "kubecpu", "state")
+        self.log_path = os.path.join(directory, "plugin.log")
+        self.proc = None
+
+    def start(self):
+        argv = [KUBECPU, "nri", "--socket", self.lab.nri_socket, "--state", self.state, "--num-reserved", "1",
+                "--kubelet-state", self.state + ".kubelet", "--metrics-path", self.state + ".prom"]
+        log = open(self.log_path, "a")  # the process keeps it open
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=dict(os.environ, KUBECPU_PYTHON=sys.executable))
+        self.wait_for("registered with the runtime")
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=20)
+        self.proc = None
+
+    def events(self):
+        with open(self.log_path, encoding="utf-8") as handle:
+            return [json.loads(line) for line in handle if line.startswith("{")]
+
+    def wait_for(self, message, count=1, timeout=20):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if sum(1 for e in self.events() if e["msg"] == message) >= count:
+                return
+            time.sleep(0.05)
+        raise AssertionError("no %r in the plugin's log:\n%s" % (message, open(self.log_path).read()[-4000:]))
+
+    def entries(self):
+        with open(self.state, encoding="utf-8") as handle:
+            return json.load(handle).get("entries", {})
+
+
+@pytest.fixture
+def plugin(nri_lab, tmp_path):
+    running = Plugin(nri_lab, str(tmp_path))
+    running.start()
+    made = []
+
+    def pod(*args, **kwargs):
+        made.append(nri_lab.run_pod(*args, **kwargs))
+        return made[-1]
+    running.pod = pod
+    yield running
+    for item in made:
+        nri_lab.remove_pod(item)
+    running.stop()
+
+
+def first_line(pod, name, timeout=10):
+    path = os.path.join(pod["sandbox"]["log_directory"], name, "0.log")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                line = handle.readline()
+            if line.endswith("\n"):
+                return line.split(" F ", 1)[1].split(":", 1)[1].strip()
+        time.sleep(0.05)
+    raise AssertionError("%s printed nothing" % name)
+
+
+def test_a_guaranteed_container_runs_on_its_cpus_from_its_first_instruction(nri_lab, plugin):
+    guaranteed = plugin.pod("fwd", "Guaranteed", [{"name": "main", "cpu": 1000, "command": FIRST_LINE}])
+    shared = plugin.pod("api", "Burstable", [{"name": "app", "cpu": 250, "command": FIRST_LINE}])
+    assert first_line(guaranteed, "main") == "1"  # the exclusive CPU, before any update could have come
+    assert first_line(shared, "app") == "0"  # the shared pool: CPU 1 was already taken
+    assert nri_lab.cgroup_cpus(guaranteed, guaranteed["containers"]["main"]) == "1"
+    assert plugin.entries() == {guaranteed["uid"]: {"main": "1"}}
+    created = [e for e in plugin.events() if e["msg"] == "create"]
+    assert [a["action"] for a in created[0]["actions"]] == ["allocate", "update"]
+
+
+def test_removal_releases_and_the_shared_pool_grows_for_the_rest(nri_lab, plugin):
+    shared = plugin.pod("api", "Burstable", [{"name": "app", "cpu": 250, "command": FIRST_LINE}])
+    guaranteed = plugin.pod("fwd", "Guaranteed", [{"name": "main", "cpu": 1000, "command": FIRST_LINE}])
+    assert first_line(shared, "app") == "0-1" and first_line(guaranteed, "main") == "1"
+    assert nri_lab.cgroup_cpus(shared, shared["containers"]["app"]) == "0"  # shrunk in the same reply
+    nri_lab.remove_pod(guaranteed)
+    plugin.wait_for("remove")
+    deadline = time.monotonic() + 10
+    while nri_lab.cgroup_cpus(shared, shared["containers"]["app"]) != "0-1" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert nri_lab.cgroup_cpus(shared, shared["containers"]["app"]) == "0-1"  # pushed unsolicited
+    assert plugin.entries() == {}
+
+
+def test_restarted_plugin_keeps_its_state_and_synchronize_adopts_what_started_meanwhile(nri_lab, plugin):
+    first = plugin.pod("one", "Guaranteed", [{"name": "main", "cpu": 1000, "command": FIRST_LINE}])
+    assert first_line(first, "main") == "1"
+    plugin.stop(signal.SIGKILL)
+    nri_lab.remove_pod(first)  # the plugin does not see this one go
+    later = plugin.pod("two", "Guaranteed", [{"name": "main", "cpu": 1000, "command": FIRST_LINE}])
+    assert first_line(later, "main") == "0-1"  # no plugin: created unpinned
+    plugin.start()
+    plugin.wait_for("synchronize")
+    assert nri_lab.cgroup_cpus(later, later["containers"]["main"]) == "1"  # adopted and pinned on synchronize
+    assert plugin.entries() == {later["uid"]: {"main": "1"}}  # the gone pod's CPU released
+
+
+def test_the_plugin_reconnects_when_the_runtime_restarts(nri_lab, plugin):
+    nri_lab.stop_daemon()
+    nri_lab.start_daemon()
+    plugin.wait_for("registered with the runtime", count=2, timeout=30)
+    pod = plugin.pod("after", "Guaranteed", [{"name": "main", "cpu": 1000, "command": FIRST_LINE}])
+    assert first_line(pod, "main") == "1"
