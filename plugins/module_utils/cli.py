@@ -34,7 +34,6 @@ from .topology import Topology, parse_numa_distances
 from .topology_manager import TopologyManager, parse_policy_options, parse_providers
 
 
-
 # --- helpers ---------------------------------------------------------------------------------------------
 def _read_text(path: str, what: str, stdin: TextIO) -> str:
     if path == "-":

@@ -11,12 +11,13 @@ import sys
 from typing import Any, List, Tuple
 
 from .agent import parse_duration
-from .config import (DEFAULT_CGROUP_ROOT, DEFAULT_STATE_PATH, DEFAULT_TIMEOUT, ISOLATED_MODES, KUBELET_STATE_PATH,
-                     QUOTA_MODES, RUNTIMES)
+from .config import (DEFAULT_CGROUP_ROOT, DEFAULT_STATE_PATH, ISOLATED_MODES, KUBELET_STATE_PATH, QUOTA_MODES,
+                     RUNTIMES)
 from .cpuset import CPUSet
 from .errors import CPUSetError, UsageError
 from .options import ALL_OPTIONS
 from .policy import POLICY_NAMES, STATIC
+from .runtime import DEFAULT_TIMEOUT
 from .topology_manager import POLICIES, SCOPES
 
 VERSION = "0.3.0"

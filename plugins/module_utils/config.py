@@ -15,7 +15,7 @@ from .cgroups import DEFAULT_ROOT
 from .cpuset import CPUSet
 from .errors import ConfigError
 from .policy import POLICY_NAMES, STATIC
-from .runtime import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT  # noqa: PLC0414  # re-exported: the settings' defaults
+from .runtime import DEFAULT_TIMEOUT
 from .settings import choice, num_reserved, option_map, reserved_cpus
 from .state_store import DEFAULT_PATH, KUBELET_PATH
 from .topology_manager import POLICIES as TM_POLICIES

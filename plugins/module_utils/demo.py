@@ -81,5 +81,3 @@ def doc_request(doc: Dict[str, Any], name: str) -> str:
         if item["name"] == name:
             return item.get("cpu_request") or item.get("cpu_limit") or "-"
     return "-"
-
-

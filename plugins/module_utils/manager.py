@@ -47,8 +47,8 @@ class NodeManager:
         self.runtime = runtime
         self.cache = cache if cache is not None else ContainerCache()
         self.options = options
-        self.topology_admission = Admission(topology, options.topology_manager_policy, options.topology_manager_scope,
-                                   options.topology_manager_options)
+        self.topology_admission = Admission(topology, options.topology_manager_policy,
+                                            options.topology_manager_scope, options.topology_manager_options)
         self.cgroup_targets = CgroupTargets(topology, cgroups or CgroupFS(), options)
 
     cgroups = property(lambda self: self.cgroup_targets.cgroups)

@@ -20,6 +20,8 @@ TOPOLOGY_ARGS: Dict[str, Dict[str, Any]] = {  # doc fragment kubecpu.cpu_manager
     "sysfs_root": {"type": "path", "default": "/"},
     "topology_path": {"type": "path"},
 }
+
+
 def plan_result(module: AnsibleModule, doc: Dict[str, Any], keys: List[str]) -> Dict[str, Any]:
     """The keys of a plan's document a module returns, its diff (state before and after), errors as warnings."""
     result = {key: doc[key] for key in keys}

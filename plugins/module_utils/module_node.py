@@ -9,11 +9,12 @@ import os
 import re
 from typing import Any, Dict, List, Mapping, Optional
 
-from .config import (DEFAULT_CGROUP_ROOT, DEFAULT_STATE_PATH, DEFAULT_TIMEOUT, ISOLATED_MODES, KUBELET_STATE_PATH,
-                     QUOTA_MODES, RUNTIMES, NodeConfig)
+from .config import (DEFAULT_CGROUP_ROOT, DEFAULT_STATE_PATH, ISOLATED_MODES, KUBELET_STATE_PATH, QUOTA_MODES,
+                     RUNTIMES, NodeConfig)
 from .errors import TopologyError
 from .module_common import TOPOLOGY_ARGS
 from .policy import POLICY_NAMES
+from .runtime import DEFAULT_TIMEOUT
 from .topology_manager import POLICIES as TM_POLICIES
 from .topology_manager import SCOPES as TM_SCOPES
 

@@ -156,8 +156,8 @@ compile_once()  # before the core is imported: each of its modules compiled once
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import plan_result, run_module
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_node import (STATE_ARGS, node_config,
-                                                                                       numa_affinity)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_node import (
+    STATE_ARGS, node_config, numa_affinity)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
 
 

@@ -131,8 +131,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.info import node_info
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import run_module
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_node import STATE_ARGS, node_config
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import (build_manager, build_runtime,
-                                                                                recorded_policy)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import (
+    build_manager, build_runtime, recorded_policy)
 
 
 def info(module: AnsibleModule) -> dict:

@@ -199,7 +199,7 @@ def test_a_full_disk_leaves_no_temporary_file_of_the_cache_or_the_metrics(tmp_pa
             with contextlib.suppress(OSError):
                 while filler.write(b"\0" * 4096):
                     pass
-        for _ in range(3):  # three passes
+        for _pass in range(3):  # three passes
             cache.save()
             with pytest.raises(OSError):
                 metrics.write(str(mount / "kubecpu.prom"))

@@ -1,1 +1,0 @@
-"""Shared fakes and case loaders of the tests (imported as a package, no sys.path edits)."""

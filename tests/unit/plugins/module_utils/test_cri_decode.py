@@ -70,8 +70,8 @@ def test_list_rows_take_the_kubelet_labels_first():
                             "labels": {"io.kubernetes.container.name": "app", "io.kubernetes.pod.name": "web",
                                        "io.kubernetes.pod.namespace": "prod", "io.kubernetes.pod.uid": "u"}},
                            "CONTAINER_EXITED", 5)
-    assert (row.name, row.pod_ref, row.attempt, row.state, row.is_kubernetes) == ("app", "prod/web", 3,
-                                                                                 "CONTAINER_EXITED", True)
+    want = ("app", "prod/web", 3, "CONTAINER_EXITED", True)
+    assert (row.name, row.pod_ref, row.attempt, row.state, row.is_kubernetes) == want
 
 
 @pytest.mark.parametrize("info, parent", [

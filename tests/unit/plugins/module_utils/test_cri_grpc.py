@@ -110,7 +110,7 @@ def test_statuses_become_the_cores_errors_with_gos_texts(server, code, error, te
     with _open(socket) as runtime:
         with pytest.raises(error) as raised:
             runtime.update(CID, cpuset_cpus=CPUSet.parse("1"))
-    assert type(raised.value) is error and str(raised.value).startswith(text.replace("%s", CID))
+    assert isinstance(raised.value, error) and str(raised.value).startswith(text.replace("%s", CID))
     assert raised.value.operation == "update" and raised.value.target == CID
 
 
@@ -122,7 +122,7 @@ def test_a_missing_socket_is_unavailable_within_the_timeout(tmp_path):
 
 def test_status_codes_outside_the_table_keep_their_name():
     error = cri_grpc.status_error("RESOURCE_EXHAUSTED", "full", "list", "", "unix:///x")
-    assert type(error) is ContainerRuntimeError and str(error) == "list failed: rpc error: code = RESOURCE_EXHAUSTED desc = full"
+    assert isinstance(error, ContainerRuntimeError) and str(error) == "list failed: rpc error: code = RESOURCE_EXHAUSTED desc = full"
     assert "not online on this node" in str(cri_grpc.status_error("UNKNOWN", "write: numerical result out of range",
                                                                   "update", "c", "unix:///x"))
 

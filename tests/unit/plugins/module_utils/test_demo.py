@@ -24,8 +24,8 @@ def demo(as_json, **kwargs):
 def test_the_samples_as_json():
     report = json.loads(demo(True))
     rows = {(r["pod"], r["container"]): r for r in report["containers"]}
-    assert rows[("net/dpdk-forwarder", "fwd")] == dict(rows[("net/dpdk-forwarder", "fwd")], cpus="1,5",
-                                                        exclusive=True, qos="Guaranteed")
+    forwarder = rows[("net/dpdk-forwarder", "fwd")]
+    assert forwarder == dict(forwarder, cpus="1,5", exclusive=True, qos="Guaranteed")
     assert rows[("trading/matcher", "engine")]["cpus"] == rows[("trading/matcher", "warmup")]["cpus"]  # reused
     assert not rows[("ml/inference", "model")]["exclusive"] and not rows[("web/frontend", "nginx")]["exclusive"]
     assert report["reserved"] == "0" and report["checkpoint"]["policyName"] == "static"

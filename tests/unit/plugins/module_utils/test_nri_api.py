@@ -31,8 +31,8 @@ def nri(cgroups_path="", parent="", shares=2048, quota=200000, period=100000, st
 ])
 def test_qos_and_cgroup(path, parent, qos, cgroup):
     listed, info = container_model(*nri(path, parent), 5)
-    assert (info.qos, info.cgroup_path, listed.pod_ref, listed.name, listed.created_at) == (qos, cgroup, "prod/web",
-                                                                                          "main", 5)
+    want = (qos, cgroup, "prod/web", "main", 5)
+    assert (info.qos, info.cgroup_path, listed.pod_ref, listed.name, listed.created_at) == want
 
 
 def test_request_state_attempt_and_a_resize():
