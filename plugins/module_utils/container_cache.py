@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from .atomic import atomic_write
 from .errors import ContainerNotFoundError, KubecpuError
@@ -57,14 +57,22 @@ class ContainerCache:
             return None
         return info
 
-    def facts(self, runtime: Runtime, listed: List[ListedContainer],
-              skipped: List[Dict[str, str]]) -> Tuple[List[Tuple[ListedContainer, ContainerInfo]], int]:
+    def facts(self, runtime: Runtime, listed: List[ListedContainer], skipped: List[Dict[str, str]],
+              current: Optional[Callable[[ListedContainer, ContainerInfo], ContainerInfo]] = None,
+              ) -> Tuple[List[Tuple[ListedContainer, ContainerInfo]], int]:
         """The Kubernetes containers of a list call, each with its facts: cached, else inspected (and cached).
-        Containers removed before their inspection go to ``skipped``. Returns the pairs and the inspections made."""
+        ``current`` brings cached facts up to date where a container can change under its ID (an in-place resize;
+        freshly inspected ones are current). Containers removed before their inspection go to ``skipped``. Returns
+        the pairs and the inspections made."""
         pairs = []
         inspected = 0
         for item in (c for c in listed if c.is_kubernetes):
             info = self.get(item)
+            if info is not None and current is not None:
+                now = current(item, info)
+                if now is not info:
+                    info = now
+                    self.put(now, item.state)
             if info is None:
                 try:
                     info = runtime.describe(item)

@@ -2,11 +2,10 @@
 # Apache License 2.0 (see LICENSE)
 """The node's CPU manager (the kubelet's Manager, cpu_manager.go): orchestration only.
 
-Every caller (``bin/kubecpu``, each module, the agent) goes through ``NodeManager``, so they cannot disagree. Each
-call runs under the state lock: observe (one list call; the container cache spares inspections), decide (stale
-entries released; the policy behind the Topology Manager's admission), commit (the state file) and apply (the
-cgroup targets pushed through the runtime). It returns a ``Plan``; without ``apply`` nothing changes. A reconcile
-pass is RUNTIME.md section 6. The manager is a context manager that closes its runtime.
+Every caller (``bin/kubecpu``, each module, the agent, the NRI plugin) goes through ``NodeManager``. Each call runs
+under the state lock: observe (one list call; the container cache spares inspections), decide (stale entries
+released, resizes, the policy behind the Topology Manager's admission), commit (the state file) and apply (the
+cgroup targets through the runtime); it returns a ``Plan``. A pass is RUNTIME.md section 6. Closes its runtime.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from .plan import Action, Plan
 from .pod import Pod
 from .pod_views import Pair, PodView, allocation_target, build_views, find_container
 from .policy import STATIC, Allocation, Policy
+from .resize import BaselineFile, baselines_path, resize_running, sync_baselines
 from .runtime import RUNNING, Runtime
 from .state import CPUState
 from .state_store import StateStore
@@ -46,6 +46,7 @@ class NodeManager:
         self.store = store
         self.runtime = runtime
         self.cache = cache if cache is not None else ContainerCache()
+        self.baselines = BaselineFile(None if store.read_only else baselines_path(store.path))
         self.options = options
         self.topology_admission = Admission(topology, options.topology_manager_policy,
                                             options.topology_manager_scope, options.topology_manager_options)
@@ -88,6 +89,7 @@ class NodeManager:
             return
         if not self.store.read_only:
             self.store.save(state)
+            self.baselines.save(sync_baselines(self.baselines.load(), state))
         elif state != plan.before:
             raise StoreError("state file %s is read-only: the change was not recorded" % self.store.path)
 
@@ -159,7 +161,7 @@ class NodeManager:
         """The Kubernetes containers the runtime has, each with its facts: one list call, and an inspection
         only for containers not seen before (or newly exited). Vanished ones go to ``plan.skipped``."""
         listed = self._runtime().list_containers()
-        pairs, inspected = self.cache.facts(self._runtime(), listed, plan.skipped)
+        pairs, inspected = self.cache.facts(self._runtime(), listed, plan.skipped, self.cgroup_targets.current_request)
         present = {item.id for item in listed}
         self.cache.retain(present)
         self.cgroup_targets.forget_except(present)
@@ -191,6 +193,7 @@ class NodeManager:
         with self._session(apply) as (state, plan, pairs):
             views = build_views(pairs)
             self._release_stale(plan, state, views)
+            resize_running(self.policy, plan, state, views, self.baselines.load())
             self._allocate_running(plan, state, views)
         return plan
 

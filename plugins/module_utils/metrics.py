@@ -30,6 +30,8 @@ _HELP = {
     "kubecpu_drift_corrections_total": ("counter", "Exclusive cpusets found changed in cgroupfs and re-applied."),
     "kubecpu_released_total": ("counter", "Assignments released because their pod or container is gone."),
     "kubecpu_update_errors_total": ("counter", "Runtime updates that failed."),
+    "kubecpu_resizes_total": ("counter", "In-place resizes of exclusive CPUs carried out."),
+    "kubecpu_resize_errors_total": ("counter", "In-place resizes refused or infeasible (retried every pass)."),
 }
 
 
@@ -62,10 +64,14 @@ class Metrics:
                     self.inc("kubecpu_drift_corrections_total")
             elif kind == "release":
                 self.inc("kubecpu_released_total")
+            elif kind == "resize":
+                self.inc("kubecpu_resizes_total")
         for error in list(plan_doc.get("errors") or []):  # type: ignore[call-overload]
             if error.get("kind") == "allocation":
                 self.inc("cpu_manager_pinning_requests_total")
                 self.inc("cpu_manager_pinning_errors_total")
+            elif error.get("kind") == "resize":
+                self.inc("kubecpu_resize_errors_total")
             else:
                 self.inc("kubecpu_update_errors_total")
 

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 
 from .container_cache import ContainerCache
 from .cpuset import CPUSet
-from .errors import ContainerNotFoundError, ContainerRuntimeError, KubecpuError
+from .errors import ContainerNotFoundError, ContainerRuntimeError, KubecpuError, StateError
 from .manager import NodeManager
 from .metrics import Metrics
 from .nri_api import (CREATE_CONTAINER, PLUGIN_SERVICE, REMOVE_CONTAINER, RUNTIME_SERVICE, STOP_CONTAINER,
@@ -111,6 +111,7 @@ class NRIPlugin:
         self.unsolicited: Dict[str, Fields] = {}
         self.channel: Optional[Channel] = None
         self.collecting = False  # a Synchronize in several parts ("more")
+        self.last_errors: List[Dict[str, str]] = []
         self.handlers: Dict[str, Callable[[bytes], Any]] = {
             "Configure": self._on_configure, "Synchronize": self._on_synchronize,
             "CreateContainer": self._on_create_container, "UpdateContainer": self._on_update_container,
@@ -235,7 +236,12 @@ class NRIPlugin:
         state = self.view.known[cid][0].state if cid in self.view.known else RUNNING
         self.view.known[cid] = container_model(request.pod, request.container, self._created(cid), state=state,
                                                resources=request.linux_resources)
-        return self.pb.UpdateContainerResponse(update=self._updates(self._pass("update")))
+        updates = self._pass("update")
+        refused = [e["error"] for e in self.last_errors if e.get("container_id") == cid
+                   and e["error"].startswith("resize refused")]
+        if refused:  # the kubelet refuses a resize below the baseline: so does the runtime, told by the plugin
+            raise StateError(refused[0])
+        return self.pb.UpdateContainerResponse(update=self._updates(updates))
 
     def _on_stop_container(self, payload: bytes) -> Any:
         request = self.pb.StopContainerRequest.FromString(payload)
@@ -268,6 +274,7 @@ class NRIPlugin:
         started = self.clock()
         plan = self.manager.reconcile(apply=True)
         doc = plan.to_dict()
+        self.last_errors = doc["errors"]
         self.metrics.record(doc, self.clock() - started, self.manager.topology, plan.after,
                             self.manager.policy.reserved)
         if doc["actions"] or doc["errors"]:

@@ -11,7 +11,7 @@ from .state import CPUState
 
 
 class Action(NamedTuple):
-    action: str  # allocate | update | release | quota
+    action: str  # allocate | resize | update | release | quota
     container_id: str
     pod: str
     pod_uid: str
@@ -57,7 +57,7 @@ class Plan:
 
     def to_dict(self) -> Dict[str, Any]:
         counts = dict(self.counts)
-        for action in ("allocate", "update", "release", "quota"):
+        for action in ("allocate", "resize", "update", "release", "quota"):
             counts[action] = sum(1 for a in self.actions if a.action == action)
         counts["errors"] = len(self.errors)
         doc = {"changed": self.changed, "actions": [a.to_dict() for a in self.actions], "errors": self.errors,

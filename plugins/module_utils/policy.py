@@ -113,6 +113,9 @@ class NonePolicy:
         """The none policy has no preference (the kubelet's nil hints)."""
         return None
 
+    def resize(self, state: CPUState, pod_uid: str, container: str, count: int, baseline: CPUSet) -> CPUSet:
+        return EMPTY  # nothing is exclusive under none
+
 
 class StaticPolicy:
     """The ``static`` policy: exclusive CPUs for integral requests of Guaranteed pods."""
@@ -233,6 +236,38 @@ class StaticPolicy:
         return container_hints(self.topology, self.options, available, pod.guaranteed_cpus(container),
                                reusable=reusable)
 
+    def resize(self, state: CPUState, pod_uid: str, container: str, count: int, baseline: CPUSet) -> CPUSet:
+        """An in-place resize of a container holding exclusive CPUs to ``count`` (KEP-5554): up, a superset (every CPU
+        kept, the rest chosen as a fresh allocation would, from its own NUMA nodes first); down, a subset that keeps
+        ``baseline`` (the CPUs it was first given). Raises AllocationError (infeasible: nothing changed) or
+        StateError (below the baseline: refused, nothing changed). Returns the new set."""
+        held = state.get(pod_uid, container)
+        if held is None or count == len(held):
+            return held if held is not None else EMPTY
+        if count > len(held):
+            extra = count - len(held)
+            if self.options.full_pcpus_only:
+                _smt_check(self.topology, extra, len(state.default.difference(self.reserved_physical)))
+            free = self.available(state)
+            if len(free) < extra:
+                raise AllocationError("not enough cpus available to satisfy request: requested=%d, available=%d"
+                                      % (extra, len(free)))
+            nodes = sorted({self.topology.loc[c][2] for c in held if c in self.topology.loc})
+            grown = held.union(allocate_cpus(self.topology, self.options, free.as_frozenset(), extra, nodes))
+            state.default = state.default.difference(grown)
+            state.set(pod_uid, container, grown)
+            return grown
+        kept = baseline.intersection(held)
+        if count < len(kept):
+            raise StateError("resize of container %s of pod %s to %d CPUs is below its baseline %s (%d CPUs): "
+                             "refused" % (container, pod_uid, count, kept, len(kept)))
+        rest = held.difference(kept).as_frozenset()
+        shrunk = kept.union(take_by_topology(self.topology, self.options, rest, count - len(kept)))
+        state.set(pod_uid, container, shrunk)
+        siblings = CPUSet().union(*(cpus for name, cpus in state.entries.get(pod_uid, {}).items() if name != container))
+        state.default = state.default.union(held.difference(shrunk).difference(siblings))
+        return shrunk
+
     def remove_container(self, state: CPUState, pod_uid: str, container: str) -> CPUSet:
         """RemoveContainer: return the CPUs no other container of the pod still holds."""
         cpus = state.get(pod_uid, container)
@@ -258,6 +293,8 @@ class Policy(Protocol):
                  prefer: Optional[CPUSet] = None, within: Optional[CPUSet] = None) -> Allocation: ...
 
     def remove_container(self, state: CPUState, pod_uid: str, container: str) -> CPUSet: ...
+
+    def resize(self, state: CPUState, pod_uid: str, container: str, count: int, baseline: CPUSet) -> CPUSet: ...
 
     def topology_hints(self, state: CPUState, pod: Pod, container: str, scope: str) -> Hints: ...
 

@@ -14,7 +14,7 @@ from .errors import ContainerNotFoundError, ContainerRuntimeError, StoreError
 from .plan import Action, Plan
 from .pod import GUARANTEED
 from .pod_views import Pair
-from .runtime import RUNNING, Runtime
+from .runtime import RUNNING, ContainerInfo, ListedContainer, Runtime
 from .state import CPUState
 from .topology import Topology
 
@@ -27,6 +27,17 @@ class CgroupTargets:
         self.cgroups = cgroups
         self.options = options
         self.pushed: Dict[str, CPUSet] = {}  # container ID -> cpuset last pushed (when cgroupfs cannot be read)
+
+    def current_request(self, listed: ListedContainer, info: ContainerInfo) -> ContainerInfo:
+        """The facts with the CFS quota cgroupfs shows now, when a Guaranteed running container's differs from
+        what was learned (an in-place resize: the kubelet updates the quota of the same container). A quota of
+        none (-1, what ``cpu_quota: unlimited`` sets on pinned containers) says nothing of the request."""
+        if listed.state != RUNNING or info.qos != GUARANTEED:
+            return info
+        have = self.cgroups.quota(info.cgroup_path)
+        if have is None or have[0] <= 0 or have == (info.cpu_quota, info.cpu_period):
+            return info
+        return info._replace(cpu_quota=have[0], cpu_period=have[1])
 
     def forget_except(self, present: Set[str]) -> None:
         self.pushed = {cid: cpus for cid, cpus in self.pushed.items() if cid in present}

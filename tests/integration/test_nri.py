@@ -148,3 +148,31 @@ def test_the_plugin_reconnects_when_the_runtime_restarts(nri_lab, plugin):
     plugin.wait_for("registered with the runtime", count=2, timeout=30)
     pod = plugin.pod("after", "Guaranteed", [{"name": "main", "cpu": 1000, "command": FIRST_LINE}])
     assert first_line(pod, "main") == "1"
+
+
+def allowed(nri_lab, cid, want, timeout=5):
+    deadline = time.monotonic() + timeout
+    while nri_lab.allowed_cpus(cid) != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return nri_lab.allowed_cpus(cid)
+
+
+def test_in_place_resize_through_update_container_resources(nri_lab, plugin):
+    """The kubelet's resize (UpdateContainerResources, same container) from the test itself: up (infeasible on two
+    CPUs: kept, reported), to a fractional request (back to the shared pool) and back (exclusive again)."""
+    pod = plugin.pod("resized", "Guaranteed", [{"name": "main", "cpu": 1000, "command": FIRST_LINE}])
+    cid = pod["containers"]["main"]
+    assert first_line(pod, "main") == "1"
+    nri_lab.cri.update(cid, cpu_quota=200000, cpu_period=100000)  # 2 CPUs: only CPU 1 can be exclusive
+    plugin.wait_for("update")
+    assert allowed(nri_lab, cid, "1") == "1" and plugin.entries() == {pod["uid"]: {"main": "1"}}
+    assert any(e["error"].startswith("resize infeasible") for event in plugin.events() if event["msg"] == "update"
+               for e in event["errors"])
+    nri_lab.cri.update(cid, cpu_quota=50000, cpu_period=100000)  # 500m: no exclusive CPUs
+    plugin.wait_for("update", count=2)
+    assert allowed(nri_lab, cid, "0-1") == "0-1" and plugin.entries() == {}
+    nri_lab.cri.update(cid, cpu_quota=100000, cpu_period=100000)  # 1 CPU again
+    plugin.wait_for("update", count=3)
+    assert allowed(nri_lab, cid, "1") == "1" and plugin.entries() == {pod["uid"]: {"main": "1"}}
+    with open(plugin.state + ".prom", encoding="utf-8") as handle:
+        assert "kubecpu_resize_errors_total 1" in handle.read()

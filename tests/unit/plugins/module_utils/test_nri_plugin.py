@@ -120,3 +120,26 @@ def test_an_answer_past_the_deadline_is_not_sent_and_the_log_says_why(plugin):
     assert plugin.handle(PLUGIN_SERVICE, "CreateContainer", request.SerializeToString(), 1e-9) is None
     said = [json.loads(line)["msg"] for line in plugin.log.getvalue().splitlines()]
     assert any("answered after the runtime's request timeout" in m for m in said)
+
+
+def resize(plugin, uid, name, milli):
+    resources = PB.LinuxResources()
+    cpu = resources.cpu
+    cpu.shares.value, cpu.quota.value, cpu.period.value = milli * 1024 // 1000, milli * 100, 100000
+    request = PB.UpdateContainerRequest(pod=pod(uid), container=container(uid, name, 1000),
+                                        linux_resources=resources)
+    return plugin.handle(PLUGIN_SERVICE, "UpdateContainer", request.SerializeToString(), 0)
+
+
+def test_an_in_place_resize_up_down_and_below_the_baseline(plugin):
+    create(plugin, "b", "app", 250, "Burstable")
+    assert create(plugin, "g", "app", 2000).adjust.linux.resources.cpu.cpus == "1,5"
+    code, _text, payload = resize(plugin, "g", "app", 3000)
+    assert code == 0 and updates(PB.UpdateContainerResponse.FromString(payload)) == {
+        "b-app": "0,2-3,6-7", "g-app": "1,4-5"}
+    code, _text, payload = resize(plugin, "g", "app", 2000)
+    assert code == 0 and updates(PB.UpdateContainerResponse.FromString(payload)) == {
+        "b-app": "0,2-4,6-7", "g-app": "1,5"}
+    code, text, _payload = resize(plugin, "g", "app", 1000)
+    assert code == 2 and text.startswith("resize refused: container ns/p-g/app asks for 1 CPUs and keeps 1,5")
+    assert str(plugin.manager.read_state().get("g", "app")) == "1,5"

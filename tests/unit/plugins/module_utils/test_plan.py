@@ -12,7 +12,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import C
 def test_an_untouched_plan_is_not_a_change():
     plan = Plan(CPUState("static", CPUSet.parse("0-3")))
     doc = plan.to_dict()
-    assert not plan.changed and doc["counts"] == {"allocate": 0, "update": 0, "release": 0, "quota": 0, "errors": 0}
+    assert not plan.changed and doc["counts"] == {"allocate": 0, "resize": 0, "update": 0, "release": 0, "quota": 0, "errors": 0}
     assert doc["state_before"] == doc["state_after"] and doc["applied"] is False
 
 
@@ -30,7 +30,7 @@ def test_actions_state_and_errors_make_the_document():
     plan.result = {"cpus": "1"}
     doc = plan.to_dict()
     assert plan.changed and doc["cpus"] == "1"
-    assert doc["counts"] == {"allocate": 1, "update": 0, "release": 0, "quota": 1, "errors": 1}
+    assert doc["counts"] == {"allocate": 1, "resize": 0, "update": 0, "release": 0, "quota": 1, "errors": 1}
     assert doc["actions"][0] == {"action": "allocate", "container_id": "id", "pod": "ns/p", "pod_uid": "u",
                                  "container": "c", "cpus": "1", "reason": "why"}
     assert doc["actions"][1] == {"action": "quota", "container_id": "", "pod": "ns/p", "pod_uid": "u", "cpus": "",
