@@ -18,14 +18,17 @@ import re
 import select
 import signal
 import time
-from typing import Any, Callable, Dict, FrozenSet, Optional, TextIO
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, TextIO
 
 from .cpuset import CPUSet
 from .errors import ContainerRuntimeError, KubecpuError, RuntimeUnavailableError
 from .manager import NodeManager
 from .metrics import Metrics
+from .watch import CgroupWatch
 
 
+FOLLOW = 0.02  # seconds between passes while a watched container is created but not running yet
+DEBOUNCE = 0.005  # seconds to let a burst of cgroup events settle before the pass
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -48,9 +51,12 @@ class Agent:
     def __init__(self, manager: NodeManager, period: float, log: TextIO, metrics_path: Optional[str] = None, *,
                  max_backoff: float = 30.0, max_passes: Optional[int] = None,
                  clock: Callable[[], float] = time.monotonic,
-                 wait: Optional[Callable[[int, float], None]] = None) -> None:
+                 wait: Optional[Callable[[List[int], float], Optional[List[int]]]] = None,
+                 watch: Optional[CgroupWatch] = None) -> None:
         """``max_passes`` ends the loop after that many passes; ``clock`` (the time source) and ``wait`` (the pause
-        between passes: a wake-up descriptor and seconds) are the loop's seams to time."""
+        between passes: the descriptors that end it early, seconds; returns those ready) are the loop's seams to
+        time. With ``watch`` a container cgroup coming or going starts a pass at once (the period is the safety net),
+        and passes follow every ``FOLLOW`` seconds while containers are created but not yet running."""
         self.manager = manager
         self.period = period
         self.log = log
@@ -60,6 +66,9 @@ class Agent:
         self.max_passes = max_passes
         self.clock = clock
         self.wait = wait or _wait
+        self.watch = watch
+        self.woken = 0  # passes started by the watch
+        self.created = 0  # containers the last pass saw created, not yet running
         self.stopping: Optional[int] = None  # the signal that asked the loop to stop
         self.home: FrozenSet[int] = frozenset(os.sched_getaffinity(0))  # where the agent may run at all
         self.confined: FrozenSet[int] = self.home
@@ -95,12 +104,14 @@ class Agent:
                 if ok:
                     backoff = 0.0
                     wait = self.period - (self.clock() - started)
+                    if self.created and self.watch is not None:
+                        wait = min(wait, FOLLOW)  # a container about to start: pin it as it does
                 else:
                     backoff = min(self.max_backoff, max(self.period, backoff * 2 if backoff else self.period))
                     wait = backoff
                     self._say("warning", "retrying in %.1fs" % wait)
                 if wait > 0 and self.stopping is None:
-                    self.wait(wake_read, wait)
+                    self._pause(wake_read, wait)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -112,6 +123,18 @@ class Agent:
             self._say("info", "received %s, stopped after the pass in progress" % signal.Signals(self.stopping).name)
         self._say("info", "agent stopped", passes=self.passes, failed_passes=self.failures)
         return 0
+
+    def _pause(self, wake_read: int, seconds: float) -> None:
+        """Wait ``seconds``, less when a signal comes or a container cgroup comes or goes."""
+        fds = [wake_read] + ([self.watch.fileno()] if self.watch is not None else [])
+        ready = self.wait(fds, seconds) or []
+        if wake_read in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_read, 64)
+        if self.watch is not None and self.watch.fileno() in ready and self.watch.changed():
+            self.woken += 1
+            time.sleep(DEBOUNCE)  # the runtime makes a container's cgroups one after the other
+            self.watch.changed()
 
     def one_pass(self) -> bool:
         started = self.clock()
@@ -125,6 +148,7 @@ class Agent:
             return False
         self._confine(plan.after.default)
         doc = plan.to_dict()
+        self.created = doc["counts"].get("created", 0)
         self.metrics.record(doc, self.clock() - started, self.manager.topology, plan.after,
                             self.manager.policy.reserved)
         if doc["actions"] or doc["errors"]:
@@ -163,8 +187,7 @@ class Agent:
             self._say("error", "cannot write metrics to %s: %s" % (self.metrics_path, exc.strerror or exc))
 
 
-def _wait(wake_fd: int, seconds: float) -> None:
-    """Sleep ``seconds``, or until a signal writes to the wake-up descriptor."""
-    select.select([wake_fd], [], [], seconds)
-    with contextlib.suppress(BlockingIOError):
-        os.read(wake_fd, 64)
+def _wait(fds: List[int], seconds: float) -> List[int]:
+    """Sleep ``seconds``, or until one of ``fds`` is readable; returns those that are."""
+    ready, _w, _x = select.select(fds, [], [], seconds)
+    return list(ready)

@@ -32,6 +32,7 @@ from .state import CPUState
 from .state_store import StateStore
 from .topology import Topology, parse_numa_distances
 from .topology_manager import TopologyManager, parse_policy_options, parse_providers
+from .watch import open_watch
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
@@ -179,7 +180,14 @@ def cmd_reconcile(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: Tex
     topo = load_topology(args, stdin)
     manager = build_manager(config, with_runtime=True, topology=topo)
     if args.loop:
-        return Agent(manager, args.period, err, args.metrics_path).run()
+        watch, why = (None, "--no-watch: passes every period only") if args.no_watch else open_watch(manager.cgroups)
+        if watch is None:
+            err.write(json.dumps({"level": "warning", "msg": why}) + "\n")
+        try:
+            return Agent(manager, args.period, err, args.metrics_path, watch=watch).run()
+        finally:
+            if watch is not None:
+                watch.close()
     with manager:
         plan = manager.reconcile(apply=not args.check)
     doc = plan.to_dict()

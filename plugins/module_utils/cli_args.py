@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--period", type=_duration_arg, default=10.0, metavar="DURATION",
                    help="time between passes with --loop (10s, 500ms, 1m; default 10s)")
     p.add_argument("--metrics-path", metavar="FILE", help="write Prometheus textfile metrics here after each pass")
+    p.add_argument("--no-watch", action="store_true",
+                   help="with --loop, pass every --period only (default: also when a container cgroup comes or goes)")
     p.add_argument("--check", action="store_true", help="only report the plan: change nothing")
     p.add_argument("--config", metavar="FILE",
                    help="JSON object of these options by long name (\"period\": \"1s\"); flags given here win")

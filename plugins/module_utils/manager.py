@@ -24,7 +24,7 @@ from .pod import Pod
 from .pod_views import Pair, PodView, allocation_target, build_views, find_container
 from .policy import STATIC, Allocation, Policy
 from .resize import BaselineFile, baselines_path, resize_running, sync_baselines
-from .runtime import RUNNING, Runtime
+from .runtime import CREATED, RUNNING, Runtime
 from .state import CPUState
 from .state_store import StateStore
 from .targets import CgroupTargets
@@ -166,6 +166,7 @@ class NodeManager:
         self.cache.retain(present)
         self.cgroup_targets.forget_except(present)
         plan.counts.update(containers=len(listed), running=sum(1 for c in listed if c.state == RUNNING),
+                           created=sum(1 for c in listed if c.state == CREATED and c.is_kubernetes),
                            inspected=inspected)
         return pairs
 

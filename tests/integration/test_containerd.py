@@ -350,3 +350,28 @@ def test_the_cri_runtime_needs_only_grpcio_and_protobuf_and_writes_no_code(lab, 
     written = sorted(os.listdir(state.parent))
     assert written == ["state", "state.containers.json", "state.lock"]  # no generated code beside the state
     assert not (tmp_path / "tmp").exists() or not os.listdir(tmp_path / "tmp")
+
+
+def test_the_agent_wakes_on_container_cgroups_not_its_period(lab, pods, tmp_path):
+    """--period 10s: a burst of containers started together is pinned (and the shared pool shrunk) within a second,
+    because their cgroups coming wake the agent, not the period."""
+    state = tmp_path / "state"
+    argv = [KUBECPU, "reconcile", "--loop", "--period", "10s", "--runtime", "cri", "--runtime-endpoint", lab.endpoint,
+            "--state", str(state), "--num-reserved", "1", "--kubelet-state", str(state) + ".kubelet"]
+    agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        time.sleep(1.0)  # its first pass is done: the next by the period would be 9 s away
+        made = [pods("burst-%d" % n, "Burstable", [{"name": "app", "cpu": 100}]) for n in range(4)]
+        made.append(pods("burst-g", "Guaranteed", [{"name": "main", "cpu": 1000}]))
+        started = time.monotonic()  # the last one has just started
+        want = {id(p): "1" if p["qos"] == "Guaranteed" else "0" for p in made}
+        while time.monotonic() - started < 5:
+            seen = {id(p): lab.cgroup_cpus(p, next(iter(p["containers"].values()))) for p in made}
+            if seen == want:
+                break
+            time.sleep(0.01)
+        assert seen == want and time.monotonic() - started < 1.0, time.monotonic() - started
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        _out, err = agent.communicate(timeout=30)
+    assert agent.returncode == 0, err

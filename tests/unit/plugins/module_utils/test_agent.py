@@ -65,7 +65,7 @@ class Clock:
     def __call__(self):
         return self.now
 
-    def wait(self, _fd, seconds):
+    def wait(self, _fds, seconds):
         self.waits.append(seconds)
         self.now += seconds
 
@@ -157,3 +157,45 @@ def test_sigterm_during_a_pass_lets_it_finish_and_waits_no_more():
     assert loop.run() == 0
     assert node.passes == 2 and clock.waits == [10.0] and loop.passes == 2
     assert events(log)[-1] == dict(events(log)[-1], msg="agent stopped", passes=2, failed_passes=0)
+
+
+class Watch:
+    """A watch whose descriptor is a pipe the test writes to."""
+
+    def __init__(self):
+        self.read_fd, self.write_fd = os.pipe()
+        self.pending = False
+
+    def fileno(self):
+        return self.read_fd
+
+    def changed(self):
+        found, self.pending = self.pending, False
+        return found
+
+
+def test_a_cgroup_event_starts_a_pass_at_once_and_created_containers_are_followed():
+    node, clock = Node(), Clock()
+    watch = Watch()
+    created = iter([0, 1, 1, 0, 0])
+    real = node.reconcile
+
+    def reconcile(apply=True):
+        plan = real(apply)
+        plan.counts["created"] = next(created)
+        return plan
+
+    node.reconcile = reconcile
+
+    def wait(fds, seconds):
+        clock.waits.append(seconds)
+        if len(clock.waits) == 1:  # a container cgroup appears during the first wait
+            watch.pending = True
+            return [watch.fileno()]
+        clock.now += seconds
+        return []
+
+    loop = Agent(node, 10.0, io.StringIO(), None, clock=clock, wait=wait, watch=watch, max_passes=5)
+    loop.run()
+    assert clock.waits == [10.0, 0.02, 0.02, 10.0]  # woken at once, then followed while it was created
+    assert loop.woken == 1 and node.passes == 5
