@@ -153,3 +153,48 @@ def test_report_reads_the_checkpoint_without_a_kubelet_configuration_and_shows_f
         assert error.startswith("error: ") and "checkpoint is corrupted" in error
         assert "1 nodes with errors" in page.inner_text("body")
         browser.close()
+
+
+NRI_CHECK = """---
+- name: The agent role's NRI check
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Check
+      ansible.builtin.include_role:
+        name: kubecpu.cpu_manager.cpu_manager_agent
+        tasks_from: nri_check.yml
+"""
+
+
+@pytest.mark.parametrize("socket_kind, python, error", [
+    ("socket", sys.executable, None),
+    ("none", sys.executable, "the container runtime has NRI disabled on this node"),
+    ("file", sys.executable, "is not a socket"),
+    ("socket", "/nonexistent/python3", "cannot import protobuf (the NRI plugin builds its messages with it)"),
+])
+def test_the_agent_role_checks_the_runtimes_nri_before_it_runs_the_plugin(tmp_path, socket_kind, python, error):
+    import socket as sockets
+
+    path = tmp_path / "nri.sock"
+    listener = None
+    if socket_kind == "socket":
+        listener = sockets.socket(sockets.AF_UNIX)
+        listener.bind(str(path))
+    elif socket_kind == "file":
+        path.write_text("")
+    playbook = tmp_path / "check.yml"
+    playbook.write_text(NRI_CHECK)
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCALHOST_WARNING="0")
+    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
+            str(playbook), "-e", json.dumps({"cpu_manager_agent_nri_socket": str(path),
+                                             "cpu_manager_agent_python": python,
+                                             "ansible_python_interpreter": sys.executable})]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+    if listener is not None:
+        listener.close()
+    if error is None:
+        assert proc.returncode == 0, proc.stdout[-3000:]
+    else:
+        assert proc.returncode != 0 and error in " ".join(proc.stdout.split()), proc.stdout[-3000:]
