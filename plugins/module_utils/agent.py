@@ -18,13 +18,13 @@ import re
 import select
 import signal
 import time
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, TextIO
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, TextIO
 
 from .cpuset import CPUSet
 from .errors import ContainerRuntimeError, KubecpuError, RuntimeUnavailableError
 from .manager import NodeManager
 from .metrics import Metrics
-from .watch import CgroupWatch
+from .watch import Waker
 
 
 FOLLOW = 0.02  # seconds between passes while a watched container is created but not running yet
@@ -52,11 +52,12 @@ class Agent:
                  max_backoff: float = 30.0, max_passes: Optional[int] = None,
                  clock: Callable[[], float] = time.monotonic,
                  wait: Optional[Callable[[List[int], float], Optional[List[int]]]] = None,
-                 watch: Optional[CgroupWatch] = None) -> None:
+                 wakers: Sequence[Waker] = ()) -> None:
         """``max_passes`` ends the loop after that many passes; ``clock`` (the time source) and ``wait`` (the pause
         between passes: the descriptors that end it early, seconds; returns those ready) are the loop's seams to
-        time. With ``watch`` a container cgroup coming or going starts a pass at once (the period is the safety net),
-        and passes follow every ``FOLLOW`` seconds while containers are created but not yet running."""
+        time. A waker saying something changed (a container cgroup came or went, the runtime streamed a container event)
+        starts a pass at once (the period is the safety net), and passes follow every ``FOLLOW`` seconds while
+        containers are created but not yet running."""
         self.manager = manager
         self.period = period
         self.log = log
@@ -66,8 +67,8 @@ class Agent:
         self.max_passes = max_passes
         self.clock = clock
         self.wait = wait or _wait
-        self.watch = watch
-        self.woken = 0  # passes started by the watch
+        self.wakers = list(wakers)
+        self.woken = 0  # passes started by a waker
         self.created = 0  # containers the last pass saw created, not yet running
         self.stopping: Optional[int] = None  # the signal that asked the loop to stop
         self.home: FrozenSet[int] = frozenset(os.sched_getaffinity(0))  # where the agent may run at all
@@ -92,7 +93,8 @@ class Agent:
         previous_wakeup = signal.set_wakeup_fd(wake_write)
         previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
         self._say("info", "agent started", period_seconds=self.period, runtime=getattr(
-            self.manager.runtime, "name", "?"), state=self.manager.store.path, policy=self.manager.policy.name)
+            self.manager.runtime, "name", "?"), state=self.manager.store.path, policy=self.manager.policy.name,
+                  woken_by=[type(waker).__name__ for waker in self.wakers])
         backoff = 0.0
         try:
             while self.stopping is None:
@@ -104,7 +106,7 @@ class Agent:
                 if ok:
                     backoff = 0.0
                     wait = self.period - (self.clock() - started)
-                    if self.created and self.watch is not None:
+                    if self.created and self.wakers:
                         wait = min(wait, FOLLOW)  # a container about to start: pin it as it does
                 else:
                     backoff = min(self.max_backoff, max(self.period, backoff * 2 if backoff else self.period))
@@ -126,15 +128,17 @@ class Agent:
 
     def _pause(self, wake_read: int, seconds: float) -> None:
         """Wait ``seconds``, less when a signal comes or a container cgroup comes or goes."""
-        fds = [wake_read] + ([self.watch.fileno()] if self.watch is not None else [])
+        fds = [wake_read] + [waker.fileno() for waker in self.wakers]
         ready = self.wait(fds, seconds) or []
         if wake_read in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_read, 64)
-        if self.watch is not None and self.watch.fileno() in ready and self.watch.changed():
+        woken = [waker for waker in self.wakers if waker.fileno() in ready and waker.changed()]
+        if woken:
             self.woken += 1
-            time.sleep(DEBOUNCE)  # the runtime makes a container's cgroups one after the other
-            self.watch.changed()
+            time.sleep(DEBOUNCE)  # a container's cgroups and events come one after the other
+            for waker in self.wakers:
+                waker.changed()
 
     def one_pass(self) -> bool:
         started = self.clock()

@@ -32,7 +32,7 @@ from .state import CPUState
 from .state_store import StateStore
 from .topology import Topology, parse_numa_distances
 from .topology_manager import TopologyManager, parse_policy_options, parse_providers
-from .watch import open_watch
+from .watch import Waker, open_watch
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
@@ -180,14 +180,12 @@ def cmd_reconcile(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: Tex
     topo = load_topology(args, stdin)
     manager = build_manager(config, with_runtime=True, topology=topo)
     if args.loop:
-        watch, why = (None, "--no-watch: passes every period only") if args.no_watch else open_watch(manager.cgroups)
-        if watch is None:
-            err.write(json.dumps({"level": "warning", "msg": why}) + "\n")
+        wakers = [] if args.no_watch else _wakers(manager, err)
         try:
-            return Agent(manager, args.period, err, args.metrics_path, watch=watch).run()
+            return Agent(manager, args.period, err, args.metrics_path, wakers=wakers).run()
         finally:
-            if watch is not None:
-                watch.close()
+            for waker in wakers:
+                waker.close()
     with manager:
         plan = manager.reconcile(apply=not args.check)
     doc = plan.to_dict()
@@ -197,6 +195,21 @@ def cmd_reconcile(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: Tex
         metrics.write(args.metrics_path)
     _emit(out, doc)
     return 0
+
+
+def _wakers(manager: NodeManager, err: TextIO) -> List[Waker]:
+    """What can wake the agent before its period: container cgroups (inotify), and the CRI's container events where
+    the runtime streams them."""
+    wakers: List[Waker] = []
+    watch, why = open_watch(manager.cgroups)
+    if watch is None:
+        err.write(json.dumps({"level": "warning", "msg": why}) + "\n")
+    else:
+        wakers.append(watch)
+    stream = getattr(manager.runtime, "event_stream", None)
+    if stream is not None:
+        wakers.append(stream())
+    return wakers
 
 
 def cmd_nri(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:

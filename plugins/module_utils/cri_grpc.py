@@ -10,6 +10,9 @@ The crictl backend needs none of this.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 from typing import Any, Dict, List, Optional
 
 from .cpuset import CPUSet
@@ -48,8 +51,13 @@ MESSAGES = {
     "UpdateContainerResourcesRequest": [("container_id", 1, "string"), ("linux", 2, "LinuxContainerResources"),
                                         ("annotations", 4, "map")],
     "UpdateContainerResourcesResponse": [],
+    "GetEventsRequest": [],
+    "ContainerEventResponse": [("container_id", 1, "string"), ("container_event_type", 2, "ContainerEventType"),
+                               ("created_at", 3, "int64")],
 }
-ENUMS = {"ContainerState": ["CONTAINER_CREATED", "CONTAINER_RUNNING", "CONTAINER_EXITED", "CONTAINER_UNKNOWN"]}
+ENUMS = {"ContainerState": ["CONTAINER_CREATED", "CONTAINER_RUNNING", "CONTAINER_EXITED", "CONTAINER_UNKNOWN"],
+         "ContainerEventType": ["CONTAINER_CREATED_EVENT", "CONTAINER_STARTED_EVENT", "CONTAINER_STOPPED_EVENT",
+                                "CONTAINER_DELETED_EVENT"]}
 
 # gRPC status names as Go's codes print them (the CRI's error texts are Go's: "rpc error: code = NotFound desc = ...").
 _GO_CODES = {"NOT_FOUND": "NotFound", "UNAVAILABLE": "Unavailable", "DEADLINE_EXCEEDED": "DeadlineExceeded",
@@ -174,3 +182,59 @@ class CRIRuntime(RuntimeBase):
         self.call("UpdateContainerResources",
                   self.pb.UpdateContainerResourcesRequest(container_id=container_id, linux=linux),
                   self.pb.UpdateContainerResourcesResponse, target=container_id, operation="update")
+
+    def event_stream(self) -> EventStream:
+        """The runtime's container events (GetContainerEvents, containerd 1.7 and later) as a waker for the agent."""
+        method = self.channel.unary_stream(SERVICE + "GetContainerEvents",
+                                           request_serializer=self.pb.GetEventsRequest.SerializeToString,
+                                           response_deserializer=self.pb.ContainerEventResponse.FromString)
+        return EventStream(lambda: method(self.pb.GetEventsRequest()), self._grpc.RpcError)
+
+
+class EventStream:
+    """A streaming call read in a thread: each event makes the descriptor readable. When the runtime does not stream
+    (UNIMPLEMENTED: containerd 1.6) or the stream ends, ``ended`` says why and the agent keeps its other wakers."""
+
+    def __init__(self, start: Any, rpc_error: Any) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        self._start = start
+        self._rpc_error = rpc_error
+        self._call: Any = None
+        self.events = 0
+        self.ended = ""
+        self._thread = threading.Thread(target=self._run, name="kubecpu-cri-events", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._call = self._start()
+            for _event in self._call:
+                self.events += 1
+                os.write(self._write, b"e")
+            self.ended = "the runtime ended its event stream"
+        except self._rpc_error as exc:
+            code = exc.code().name if callable(getattr(exc, "code", None)) else "UNKNOWN"
+            self.ended = "the runtime does not stream container events (%s)" % code
+        except OSError:
+            self.ended = "closed"
+        with contextlib.suppress(OSError):
+            os.write(self._write, b"x")
+
+    def fileno(self) -> int:
+        return self._read
+
+    def changed(self) -> bool:
+        try:
+            return bool(os.read(self._read, 4096).replace(b"x", b""))
+        except BlockingIOError:
+            return False
+
+    def close(self) -> None:
+        if self._call is not None:
+            with contextlib.suppress(Exception):
+                self._call.cancel()
+        self._thread.join(timeout=2)
+        for fd in (self._read, self._write):
+            with contextlib.suppress(OSError):
+                os.close(fd)

@@ -16,9 +16,19 @@ import ctypes.util
 import errno
 import os
 import struct
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Protocol, Tuple
 
 from .cgroups import CgroupFS
+
+class Waker(Protocol):
+    """Something the agent's wait can end on: a descriptor, and whether anything changed (reading clears it)."""
+
+    def fileno(self) -> int: ...
+
+    def changed(self) -> bool: ...
+
+    def close(self) -> None: ...
+
 
 IN_CREATE, IN_DELETE, IN_DELETE_SELF, IN_MOVED_TO, IN_ISDIR, IN_Q_OVERFLOW = (
     0x100, 0x200, 0x400, 0x80, 0x40000000, 0x4000)

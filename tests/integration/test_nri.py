@@ -176,3 +176,27 @@ def test_in_place_resize_through_update_container_resources(nri_lab, plugin):
     assert allowed(nri_lab, cid, "1") == "1" and plugin.entries() == {pod["uid"]: {"main": "1"}}
     with open(plugin.state + ".prom", encoding="utf-8") as handle:
         assert "kubecpu_resize_errors_total 1" in handle.read()
+
+
+def test_the_agent_also_wakes_on_the_cri_event_stream_of_containerd_1_7(nri_lab, tmp_path):
+    """The loop agent over CRI against containerd 1.7, which streams container events (1.6 does not)."""
+    state = tmp_path / "state"
+    argv = [KUBECPU, "reconcile", "--loop", "--period", "10s", "--runtime", "cri", "--runtime-endpoint",
+            nri_lab.endpoint, "--state", str(state), "--num-reserved", "1", "--kubelet-state", str(state) + ".k"]
+    agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, KUBECPU_PYTHON=sys.executable))
+    pod = None
+    try:
+        time.sleep(1.0)
+        pod = nri_lab.run_pod("evented", "Guaranteed", [{"name": "main", "cpu": 1000}])
+        started = time.monotonic()
+        while nri_lab.cgroup_cpus(pod, pod["containers"]["main"]) != "1" and time.monotonic() - started < 5:
+            time.sleep(0.01)
+        assert time.monotonic() - started < 1.0
+    finally:
+        if pod is not None:
+            nri_lab.remove_pod(pod)
+        agent.send_signal(signal.SIGTERM)
+        _out, err = agent.communicate(timeout=30)
+    first = json.loads(err.splitlines()[0])
+    assert first["msg"] == "agent started" and first["woken_by"] == ["CgroupWatch", "EventStream"]

@@ -195,7 +195,7 @@ def test_a_cgroup_event_starts_a_pass_at_once_and_created_containers_are_followe
         clock.now += seconds
         return []
 
-    loop = Agent(node, 10.0, io.StringIO(), None, clock=clock, wait=wait, watch=watch, max_passes=5)
+    loop = Agent(node, 10.0, io.StringIO(), None, clock=clock, wait=wait, wakers=[watch], max_passes=5)
     loop.run()
     assert clock.waits == [10.0, 0.02, 0.02, 10.0]  # woken at once, then followed while it was created
     assert loop.woken == 1 and node.passes == 5

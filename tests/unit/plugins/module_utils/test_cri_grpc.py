@@ -5,6 +5,7 @@ Go's texts, and the call counting. (The real containerd is the integration tests
 from __future__ import annotations
 
 import json
+import time
 from concurrent import futures
 
 import grpc
@@ -67,7 +68,16 @@ def server(tmp_path):
                                                    request_deserializer=REQUESTS[rpc].FromString,
                                                    response_serializer=lambda m: m.SerializeToString())
 
-    handler = grpc.method_handlers_generic_handler("runtime.v1.RuntimeService", {rpc: method(rpc) for rpc in REQUESTS})
+    def events(request, context):
+        if cri.fail.get("GetContainerEvents"):
+            context.abort(cri.fail["GetContainerEvents"], "no events here")
+        for n in range(3):
+            yield PB.ContainerEventResponse(container_id="c%d" % n, container_event_type=n)
+
+    methods = {rpc: method(rpc) for rpc in REQUESTS}
+    methods["GetContainerEvents"] = grpc.unary_stream_rpc_method_handler(
+        events, request_deserializer=PB.GetEventsRequest.FromString, response_serializer=lambda m: m.SerializeToString())
+    handler = grpc.method_handlers_generic_handler("runtime.v1.RuntimeService", methods)
     running = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=[handler])
     socket = str(tmp_path / "cri.sock")
     running.add_insecure_port("unix://" + socket)
@@ -136,3 +146,24 @@ class _open:  # a context manager that closes the channel
 
     def __exit__(self, *_exc):
         self.runtime.close()
+
+
+def _ended(stream, timeout=5):
+    deadline = time.monotonic() + timeout
+    while not stream.ended and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return stream.ended
+
+
+def test_container_events_wake_the_agent_and_a_runtime_without_them_is_said(server):
+    cri, socket = server
+    with _open(socket) as runtime:
+        stream = runtime.event_stream()
+        assert _ended(stream) == "the runtime ended its event stream" and stream.events == 3
+        assert stream.changed() and not stream.changed()  # read once, then quiet
+        stream.close()
+        cri.fail["GetContainerEvents"] = grpc.StatusCode.UNIMPLEMENTED
+        stream = runtime.event_stream()
+        assert _ended(stream) == "the runtime does not stream container events (UNIMPLEMENTED)"
+        assert stream.events == 0 and not stream.changed()
+        stream.close()
