@@ -28,7 +28,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint imp
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.pod import Pod
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.policy import StaticPolicy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore, _fsync_dir
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.atomic import fsync_directory
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
 
 
 def _pod(uid: str) -> Pod:
@@ -77,7 +78,7 @@ def _io_floor(directory: str, data: bytes) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(scratch + ".tmp", scratch)
-    _fsync_dir(directory)
+    fsync_directory(directory)
 
 
 def _samples(iterations: int, operation: Callable[[], None], between: Callable[[], None]) -> List[float]:
