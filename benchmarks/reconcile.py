@@ -161,13 +161,21 @@ def _cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bench_latency(quick):
+def _lab(what):
+    """scripts/lab.py, or None (and the reason printed) where no real containerd can run."""
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     import lab as lab_module
 
     problems = lab_module.missing_requirements()
     if problems:
-        print("2. pinning latency: skipped (%s)" % "; ".join(problems))
+        print("%s: skipped (%s)" % (what, "; ".join(problems)))
+        return None
+    return lab_module
+
+
+def bench_latency(quick):
+    lab_module = _lab("2. pinning latency")
+    if lab_module is None:
         return
     count = 3 if quick else 20
     rows = []
@@ -238,12 +246,8 @@ def bench_nri(quick):
 
 
 def _nri_first_instruction(quick):
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import lab as lab_module
-
-    problems = lab_module.missing_requirements()
-    if problems:
-        print("   first instruction: skipped (%s)" % "; ".join(problems))
+    lab_module = _lab("   first instruction")
+    if lab_module is None:
         return
     binaries = subprocess.run(["bash", os.path.join(ROOT, "scripts", "containerd-nri.sh")], capture_output=True,
                               text=True, check=True).stdout.strip().splitlines()[-1]

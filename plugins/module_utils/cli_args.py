@@ -15,6 +15,7 @@ from .config import (DEFAULT_CGROUP_ROOT, DEFAULT_STATE_PATH, ISOLATED_MODES, KU
                      RUNTIMES)
 from .cpuset import CPUSet
 from .errors import CPUSetError, UsageError
+from .nri_api import DEFAULT_INDEX, DEFAULT_NAME, DEFAULT_SOCKET
 from .options import ALL_OPTIONS
 from .policy import POLICY_NAMES, STATIC
 from .runtime import DEFAULT_TIMEOUT
@@ -142,10 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("nri", help="run as an NRI plugin: containers get their CPUs before they are created")
     _state_args(p)
     _runtime_args(p)
-    p.add_argument("--socket", default="/var/run/nri/nri.sock", metavar="PATH",
+    p.add_argument("--socket", default=DEFAULT_SOCKET, metavar="PATH",
                    help="the runtime's NRI socket (default %(default)s)")
-    p.add_argument("--plugin-name", default="kubecpu", metavar="NAME", help="plugin name (default %(default)s)")
-    p.add_argument("--plugin-index", default="10", metavar="NN", help="plugin index, two digits (default %(default)s)")
+    p.add_argument("--plugin-name", default=DEFAULT_NAME, metavar="NAME", help="plugin name (default %(default)s)")
+    p.add_argument("--plugin-index", default=DEFAULT_INDEX, metavar="NN",
+                   help="plugin index, two digits (default %(default)s)")
     p.add_argument("--metrics-path", metavar="FILE", help="write Prometheus textfile metrics here after each event")
     p.add_argument("--config", metavar="FILE",
                    help="JSON object of these options by long name (\"socket\": \"/x.sock\"); flags given here win")

@@ -15,6 +15,8 @@ from .runtime import CONTAINER_NAME_LABEL, EXITED, RUNNING, UNKNOWN, ContainerIn
 
 RESTART_COUNT = "io.kubernetes.container.restartCount"
 
+DEFAULT_SOCKET = "/var/run/nri/nri.sock"
+DEFAULT_NAME, DEFAULT_INDEX = "kubecpu", "10"
 PACKAGE = "nri.pkg.api.v1alpha1"
 PLUGIN_SERVICE = PACKAGE + ".Plugin"
 RUNTIME_SERVICE = PACKAGE + ".Runtime"

@@ -32,13 +32,12 @@ from .cpuset import CPUSet
 from .errors import ContainerNotFoundError, ContainerRuntimeError, KubecpuError, StateError
 from .manager import NodeManager
 from .metrics import Metrics
-from .nri_api import (CREATE_CONTAINER, PLUGIN_SERVICE, REMOVE_CONTAINER, RUNTIME_SERVICE, STOP_CONTAINER,
-                      UPDATE_CONTAINER, container_model, event_mask, now_ns, schema)
+from .nri_api import (CREATE_CONTAINER, DEFAULT_INDEX, DEFAULT_NAME, DEFAULT_SOCKET, PLUGIN_SERVICE,
+                      REMOVE_CONTAINER, RUNTIME_SERVICE, STOP_CONTAINER, UPDATE_CONTAINER, container_model,
+                      event_mask, now_ns, schema)
 from .runtime import EXITED, RUNNING, ContainerInfo, ListedContainer, RuntimeBase
-from .ttrpc import OK, UNIMPLEMENTED, Channel
+from .ttrpc import OK, UNIMPLEMENTED, UNKNOWN, Channel
 
-DEFAULT_SOCKET = "/var/run/nri/nri.sock"
-DEFAULT_NAME, DEFAULT_INDEX = "kubecpu", "10"
 DEFAULT_REQUEST_TIMEOUT = 2.0
 EVENTS = event_mask(CREATE_CONTAINER, UPDATE_CONTAINER, STOP_CONTAINER, REMOVE_CONTAINER)
 Fields = Dict[str, Any]
@@ -185,7 +184,7 @@ class NRIPlugin:
             reply = on(payload)
         except KubecpuError as exc:
             self._say("error", "%s: %s" % (method, exc))
-            return 2, str(exc), b""
+            return UNKNOWN, str(exc), b""
         late = deadline and time.monotonic() > deadline
         if late:
             self._say("error", "%s answered after the runtime's request timeout (%.3fs): not sent; the runtime has "
