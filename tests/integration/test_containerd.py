@@ -375,3 +375,41 @@ def test_the_agent_wakes_on_container_cgroups_not_its_period(lab, pods, tmp_path
         agent.send_signal(signal.SIGTERM)
         _out, err = agent.communicate(timeout=30)
     assert agent.returncode == 0, err
+
+
+def test_the_agent_follows_an_in_place_resize(lab, pods, tmp_path):
+    """The kubelet's resize through UpdateContainerResources (from the test), seen by the agent as the container's
+    new CFS quota in cgroupfs: to a fractional request (shared pool), back (exclusive), up (infeasible on two CPUs:
+    kept and reported); each checked in /proc."""
+    state = tmp_path / "state"
+    argv = [KUBECPU, "reconcile", "--loop", "--period", "100ms", "--runtime", "cri", "--runtime-endpoint",
+            lab.endpoint, "--state", str(state), "--num-reserved", "1", "--kubelet-state", str(state) + ".kubelet",
+            "--metrics-path", str(tmp_path / "kubecpu.prom")]
+    agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
+
+    def settled(want):
+        deadline = time.monotonic() + 5
+        while lab.allowed_cpus(cid) != want and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return lab.allowed_cpus(cid)
+
+    try:
+        pod = pods("resized", "Guaranteed", [{"name": "main", "cpu": 1000}])
+        cid = pod["containers"]["main"]
+        assert settled("1") == "1"
+        lab.cri.update(cid, cpu_quota=50000, cpu_period=100000)  # 500m
+        assert settled("0-1") == "0-1"
+        assert json.loads(state.read_text()).get("entries", {}) == {}
+        lab.cri.update(cid, cpu_quota=100000, cpu_period=100000)  # 1 CPU again
+        assert settled("1") == "1"
+        lab.cri.update(cid, cpu_quota=200000, cpu_period=100000)  # 2: only CPU 1 can be exclusive
+        time.sleep(0.5)
+        assert lab.allowed_cpus(cid) == "1" and json.loads(state.read_text())["entries"] == {pod["uid"]: {"main": "1"}}
+        deadline = time.monotonic() + 5
+        while "kubecpu_resize_errors_total 0" in (tmp_path / "kubecpu.prom").read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "kubecpu_resize_errors_total 0" not in (tmp_path / "kubecpu.prom").read_text()
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        _out, err = agent.communicate(timeout=30)
+    assert "resize infeasible: container lab/resized/main asks for 2 CPUs and keeps 1" in err
