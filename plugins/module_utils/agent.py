@@ -92,9 +92,9 @@ class Agent:
             os.set_blocking(fd, False)
         previous_wakeup = signal.set_wakeup_fd(wake_write)
         previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
-        self._say("info", "agent started", period_seconds=self.period, runtime=getattr(
-            self.manager.runtime, "name", "?"), state=self.manager.store.path, policy=self.manager.policy.name,
-                  woken_by=[type(waker).__name__ for waker in self.wakers])
+        self._say("info", "agent started", period_seconds=self.period,
+                  runtime=getattr(self.manager.runtime, "name", "?"), state=self.manager.store.path,
+                  policy=self.manager.policy.name, woken_by=[type(waker).__name__ for waker in self.wakers])
         backoff = 0.0
         try:
             while self.stopping is None:

@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Protocol, Tuple
 
 from .cgroups import CgroupFS
 
+
 class Waker(Protocol):
     """Something the agent's wait can end on: a descriptor, and whether anything changed (reading clears it)."""
 
