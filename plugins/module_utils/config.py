@@ -8,8 +8,7 @@ Each setting is checked here and nowhere else, and every bad one raises ``Config
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 from .cgroups import DEFAULT_ROOT
 from .cpuset import CPUSet
@@ -30,10 +29,7 @@ ISOLATED_MODES = ("ignore", "prefer", "only")
 QUOTA_MODES = ("keep", "unlimited")
 
 
-@dataclass(frozen=True)
-class ManagerOptions:
-    """Beyond the kubelet; each off by default so the kubelet-exact behaviour stays the default."""
-
+class _ManagerOptions(NamedTuple):
     isolated_cpus: str = "ignore"  # ignore | prefer | only: take exclusive CPUs from the isolcpus set
     align_memory: bool = False  # cpuset.mems = NUMA nodes of the exclusive CPUs
     cpu_quota: str = "keep"  # keep | unlimited: no CFS quota for exclusively pinned containers (and their pod)
@@ -41,26 +37,31 @@ class ManagerOptions:
     topology_manager_scope: str = "container"
     topology_manager_options: Optional[Mapping[str, str]] = None
 
-    def __post_init__(self) -> None:
+
+class ManagerOptions(_ManagerOptions):
+    """Beyond the kubelet; each off by default so the kubelet-exact behaviour stays the default. Validated when made
+    (a NamedTuple rather than a dataclass: ``dataclasses`` costs a module run 10 ms of imports)."""
+
+    __slots__ = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ManagerOptions:
+        self = super().__new__(cls, *args, **kwargs)
         choice(self.isolated_cpus, "isolated_cpus", ISOLATED_MODES)
         choice(self.cpu_quota, "cpu_quota", QUOTA_MODES)
         choice(self.topology_manager_policy, "topology_manager_policy", TM_POLICIES)
         choice(self.topology_manager_scope, "topology_manager_scope", TM_SCOPES)
         if not isinstance(self.align_memory, bool):
             raise ConfigError("align_memory must be a boolean, got %r" % (self.align_memory,))
-        object.__setattr__(self, "topology_manager_options",
-                           option_map(self.topology_manager_options, "topology_manager_policy_options"))
+        options = option_map(self.topology_manager_options, "topology_manager_policy_options")
+        return tuple.__new__(cls, self[:-1] + (options,))
 
 
-@dataclass(frozen=True)
-class NodeConfig:
-    """Everything that builds a node's CPU manager and its runtime backend."""
-
+class _NodeConfig(NamedTuple):
     state_path: str = DEFAULT_STATE_PATH
     policy: str = STATIC
     reserved_cpus: Optional[CPUSet] = None
     num_reserved: Optional[int] = None
-    policy_options: Mapping[str, str] = field(default_factory=dict)
+    policy_options: Optional[Mapping[str, str]] = None
     topology_path: Optional[str] = None
     sysfs_root: Optional[str] = None
     read_only: bool = False
@@ -71,33 +72,40 @@ class NodeConfig:
     cgroup_root: str = DEFAULT_CGROUP_ROOT
     kubelet_state_path: str = KUBELET_STATE_PATH
     force: bool = False
-    options: ManagerOptions = field(default_factory=ManagerOptions)
+    options: ManagerOptions = ManagerOptions()
     cache_path: Optional[str] = None  # None: <state>.containers.json
 
-    def __post_init__(self) -> None:
+
+class NodeConfig(_NodeConfig):
+    """Everything that builds a node's CPU manager and its runtime backend, validated when made."""
+
+    __slots__ = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> NodeConfig:
+        self = super().__new__(cls, *args, **kwargs)
         choice(self.policy, "policy", POLICY_NAMES)
         choice(self.runtime, "runtime", RUNTIMES)
-        object.__setattr__(self, "reserved_cpus", reserved_cpus(self.reserved_cpus))
         num_reserved(self.num_reserved)
         timeout = self.runtime_timeout
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
             raise ConfigError("runtime_timeout must be more than 0 and at most %d seconds, got %r"
                               % (MAX_TIMEOUT, timeout))
-        object.__setattr__(self, "policy_options", option_map(self.policy_options, "policy_options"))
+        normal = self._replace(reserved_cpus=reserved_cpus(self.reserved_cpus),
+                               policy_options=option_map(self.policy_options, "policy_options"))
+        return tuple.__new__(cls, normal)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], **overrides: Any) -> NodeConfig:
         """A config from settings by their module option names (a missing or None value takes the default);
         the manager options may be given flat. ``overrides`` win."""
         doc = {k: v for k, v in dict(values, **overrides).items() if v is not None}
-        names = {f.name for f in fields(cls)}
-        option_names = {f.name for f in fields(ManagerOptions)}
         if "options" not in doc:
-            flat = {k: doc[k] for k in option_names if k in doc}
+            flat = {k: doc[k] for k in ManagerOptions._fields if k in doc}
             if "topology_manager_policy_options" in doc:
                 flat["topology_manager_options"] = doc["topology_manager_policy_options"]
             doc["options"] = ManagerOptions(**flat)
-        return cls(**{k: v for k, v in doc.items() if k in names})
+        return cls(**{k: v for k, v in doc.items() if k in cls._fields})
 
     def replace(self, **changes: Any) -> NodeConfig:
-        return replace(self, **changes)
+        """A copy with ``changes``, validated again."""
+        return type(self)(**dict(self._asdict(), **changes))
