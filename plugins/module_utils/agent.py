@@ -77,11 +77,7 @@ class Agent:
         self.failures = 0
 
     def _say(self, level: str, message: str, **fields: Any) -> None:
-        doc: Dict[str, Any] = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "level": level,
-                               "msg": message}
-        doc.update(fields)
-        self.log.write(json.dumps(doc, sort_keys=False) + "\n")
-        self.log.flush()
+        say(self.log, level, message, **fields)
 
     def _handle(self, signum: int, _frame: Any) -> None:
         self.stopping = signum
@@ -183,12 +179,25 @@ class Agent:
         self._write_metrics()
 
     def _write_metrics(self) -> None:
-        if not self.metrics_path:
-            return
-        try:
-            self.metrics.write(self.metrics_path)
-        except OSError as exc:
-            self._say("error", "cannot write metrics to %s: %s" % (self.metrics_path, exc.strerror or exc))
+        write_metrics(self.metrics, self.metrics_path, self.log)
+
+
+def say(log: TextIO, level: str, message: str, **fields: Any) -> None:
+    """One JSON log line (time, level, msg and the fields), flushed: the agent's and the NRI plugin's log."""
+    doc: Dict[str, Any] = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "level": level, "msg": message}
+    doc.update(fields)
+    log.write(json.dumps(doc) + "\n")
+    log.flush()
+
+
+def write_metrics(metrics: Metrics, path: Optional[str], log: TextIO) -> None:
+    """The textfile after a pass; a failure to write it is logged, never fatal to the loop."""
+    if not path:
+        return
+    try:
+        metrics.write(path)
+    except OSError as exc:
+        say(log, "error", "cannot write metrics to %s: %s" % (path, exc.strerror or exc))
 
 
 def _wait(fds: List[int], seconds: float) -> List[int]:

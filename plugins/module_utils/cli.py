@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
-from .agent import Agent
+from .agent import Agent, say
 from .config import (NodeConfig)
 from .cli_args import build_parser, config_arguments
 from .cpuset import CPUSet
@@ -203,7 +203,7 @@ def _wakers(manager: NodeManager, err: TextIO) -> List[Waker]:
     wakers: List[Waker] = []
     watch, why = open_watch(manager.cgroups)
     if watch is None:
-        err.write(json.dumps({"level": "warning", "msg": why}) + "\n")
+        say(err, "warning", why)
     else:
         wakers.append(watch)
     stream = getattr(manager.runtime, "event_stream", None)

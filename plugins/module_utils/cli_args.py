@@ -133,12 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loop", action="store_true", help="run as the agent: a pass every --period until SIGTERM")
     p.add_argument("--period", type=_duration_arg, default=10.0, metavar="DURATION",
                    help="time between passes with --loop (10s, 500ms, 1m; default 10s)")
-    p.add_argument("--metrics-path", metavar="FILE", help="write Prometheus textfile metrics here after each pass")
     p.add_argument("--no-watch", action="store_true",
                    help="with --loop, pass every --period only (default: also when a container cgroup comes or goes)")
     p.add_argument("--check", action="store_true", help="only report the plan: change nothing")
-    p.add_argument("--config", metavar="FILE",
-                   help="JSON object of these options by long name (\"period\": \"1s\"); flags given here win")
+    _service_args(p, "pass", '"period": "1s"')
 
     p = sub.add_parser("nri", help="run as an NRI plugin: containers get their CPUs before they are created")
     _state_args(p)
@@ -148,9 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plugin-name", default=DEFAULT_NAME, metavar="NAME", help="plugin name (default %(default)s)")
     p.add_argument("--plugin-index", default=DEFAULT_INDEX, metavar="NN",
                    help="plugin index, two digits (default %(default)s)")
-    p.add_argument("--metrics-path", metavar="FILE", help="write Prometheus textfile metrics here after each event")
-    p.add_argument("--config", metavar="FILE",
-                   help="JSON object of these options by long name (\"socket\": \"/x.sock\"); flags given here win")
+    _service_args(p, "event", '"socket": "/x.sock"')
 
     p = sub.add_parser("demo", help="discover this node and show what the static policy gives sample pods")
     _topology_args(p)
@@ -158,6 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-reserved", type=_count_arg, default=1, metavar="N", help="reserved CPUs (default 1)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
+
+
+def _service_args(parser: argparse.ArgumentParser, after: str, example: str) -> None:
+    """The flags of the long-running commands (the agent, the NRI plugin): metrics and a configuration file."""
+    parser.add_argument("--metrics-path", metavar="FILE",
+                        help="write Prometheus textfile metrics here after each %s" % after)
+    parser.add_argument("--config", metavar="FILE",
+                        help="JSON object of these options by long name (%s); flags given here win" % example)
 
 
 def _duration_arg(text: str) -> float:

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 
 from .cpuset import CPUSet
 from .cri_decode import container_info, listed_container, parse_info_json, pid_cgroup, sandbox_cgroup_parent
-from .proto_schema import Schema
+from .proto_schema import cached
 from .errors import ContainerNotFoundError, ContainerRuntimeError, RuntimeTimeoutError, RuntimeUnavailableError
 from .runtime import ContainerInfo, ListedContainer, RuntimeBase, check_container_id
 
@@ -63,18 +63,12 @@ ENUMS = {"ContainerState": ["CONTAINER_CREATED", "CONTAINER_RUNNING", "CONTAINER
 _GO_CODES = {"NOT_FOUND": "NotFound", "UNAVAILABLE": "Unavailable", "DEADLINE_EXCEEDED": "DeadlineExceeded",
              "UNKNOWN": "Unknown", "INVALID_ARGUMENT": "InvalidArgument", "UNIMPLEMENTED": "Unimplemented",
              "FAILED_PRECONDITION": "FailedPrecondition", "INTERNAL": "Internal", "CANCELLED": "Canceled"}
-_SCHEMA: Any = None
-
-
 def schema() -> Any:
     """The message classes (built once per process, on first use)."""
-    global _SCHEMA  # noqa: PLW0603  # a per-process memo of an immutable table's classes
-    if _SCHEMA is None:
-        try:
-            _SCHEMA = Schema("kubecpu/cri_v1.proto", "runtime.v1", MESSAGES, ENUMS)
-        except ImportError:
-            raise RuntimeUnavailableError(NEED) from None
-    return _SCHEMA
+    try:
+        return cached("kubecpu/cri_v1.proto", "runtime.v1", MESSAGES, ENUMS)
+    except ImportError:
+        raise RuntimeUnavailableError(NEED) from None
 
 
 def grpc_target(endpoint: str) -> str:

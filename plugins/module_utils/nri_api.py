@@ -10,7 +10,7 @@ import time
 from typing import Any, Optional, Tuple
 
 from .cgroup_paths import cgroupfs_path, parent_path, qos_from_cgroup
-from .proto_schema import Schema
+from .proto_schema import cached
 from .runtime import CONTAINER_NAME_LABEL, EXITED, RUNNING, UNKNOWN, ContainerInfo, ListedContainer
 
 RESTART_COUNT = "io.kubernetes.container.restartCount"
@@ -72,14 +72,10 @@ ENUMS = {
 }
 CREATE_CONTAINER, UPDATE_CONTAINER, STOP_CONTAINER, REMOVE_CONTAINER = 4, 8, 10, 11
 _STATES = {1: RUNNING, 2: RUNNING, 3: RUNNING, 4: EXITED}  # created: about to run, planned as running
-_SCHEMA: Any = None
 
 
 def schema() -> Any:
-    global _SCHEMA  # noqa: PLW0603  # a per-process memo of an immutable table's classes
-    if _SCHEMA is None:
-        _SCHEMA = Schema("kubecpu/nri_v1alpha1.proto", PACKAGE, MESSAGES, ENUMS)
-    return _SCHEMA
+    return cached("kubecpu/nri_v1alpha1.proto", PACKAGE, MESSAGES, ENUMS)
 
 
 def event_mask(*events: int) -> int:

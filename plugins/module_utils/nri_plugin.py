@@ -22,7 +22,6 @@ given up on it) and the log says why.
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
@@ -30,6 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 from .container_cache import ContainerCache
 from .cpuset import CPUSet
 from .errors import ContainerNotFoundError, ContainerRuntimeError, KubecpuError, StateError
+from .agent import say, write_metrics
 from .manager import NodeManager
 from .metrics import Metrics
 from .nri_api import (CREATE_CONTAINER, DEFAULT_INDEX, DEFAULT_NAME, DEFAULT_SOCKET, PLUGIN_SERVICE,
@@ -106,7 +106,6 @@ class NRIPlugin:
         self.pb = schema()
         self.request_timeout = DEFAULT_REQUEST_TIMEOUT
         self.stopping: Optional[int] = None
-        self.finish: Dict[str, int] = {}  # container ID -> when it stopped (ns), for init containers
         self.unsolicited: Dict[str, Fields] = {}
         self.channel: Optional[Channel] = None
         self.collecting = False  # a Synchronize in several parts ("more")
@@ -118,11 +117,7 @@ class NRIPlugin:
             "Shutdown": self._on_shutdown}
 
     def _say(self, level: str, message: str, **fields: Any) -> None:
-        doc: Dict[str, Any] = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "level": level,
-                               "msg": message}
-        doc.update(fields)
-        self.log.write(json.dumps(doc) + "\n")
-        self.log.flush()
+        say(self.log, level, message, **fields)
 
     # --- the connection -------------------------------------------------------------------------------------
     def run(self, retry: float = 1.0) -> int:
@@ -244,17 +239,15 @@ class NRIPlugin:
 
     def _on_stop_container(self, payload: bytes) -> Any:
         request = self.pb.StopContainerRequest.FromString(payload)
-        cid = request.container.id
-        self.finish[cid] = now_ns()
+        cid = request.container.id  # when it stopped tells an init container from the app containers after it
         self.view.known[cid] = container_model(request.pod, request.container, self._created(cid), state=EXITED,
-                                               finished_at=self.finish[cid])
+                                               finished_at=now_ns())
         return self.pb.StopContainerResponse(update=self._updates(self._pass("stop")))
 
     def _on_state_change(self, payload: bytes) -> Any:
         event = self.pb.StateChangeEvent.FromString(payload)
         if event.event == REMOVE_CONTAINER:
             self.view.known.pop(event.container.id, None)
-            self.finish.pop(event.container.id, None)
             self.unsolicited.update(self._pass("remove"))
         return self.pb.Empty()
 
@@ -278,11 +271,7 @@ class NRIPlugin:
                             self.manager.policy.reserved)
         if doc["actions"] or doc["errors"]:
             self._say("info", why, actions=doc["actions"], errors=doc["errors"])
-        if self.metrics_path:
-            try:
-                self.metrics.write(self.metrics_path)
-            except OSError as exc:
-                self._say("error", "cannot write metrics to %s: %s" % (self.metrics_path, exc.strerror or exc))
+        write_metrics(self.metrics, self.metrics_path, self.log)
         return dict(self.view.pending)
 
     def _updates(self, updates: Dict[str, Fields]) -> List[Any]:

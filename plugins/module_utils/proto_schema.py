@@ -35,6 +35,17 @@ def _protobuf() -> Tuple[Any, Any, Any]:
     return descriptor_pb2, descriptor_pool, make
 
 
+_BUILT: Dict[str, Schema] = {}
+
+
+def cached(file_name: str, package: str, messages: Mapping[str, Sequence[FieldSpec]],
+           enums: Mapping[str, Sequence[str]]) -> Schema:
+    """A table's classes, built once per process (on first use: importing a table costs nothing)."""
+    if file_name not in _BUILT:
+        _BUILT[file_name] = Schema(file_name, package, messages, enums)
+    return _BUILT[file_name]
+
+
 def _entry_name(field: str) -> str:
     return "".join(part.capitalize() for part in field.split("_")) + "Entry"
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from .atomic import atomic_write
 from .cpuset import CPUSet
@@ -40,11 +40,17 @@ class BaselineFile:
     def __init__(self, path: Optional[str]) -> None:
         self.path = path
         self._written: Optional[bytes] = None
+        self._known: Optional[Tuple[Tuple[int, int, int], Baselines]] = None  # the file's stat and what it held
 
     def load(self) -> Baselines:
+        """The baselines on disk; a file unchanged since this process last read or wrote it costs one stat."""
         if not self.path:
             return {}
         try:
+            info = os.stat(self.path)
+            signature = (info.st_ino, info.st_size, info.st_mtime_ns)
+            if self._known is not None and self._known[0] == signature:
+                return {uid: dict(containers) for uid, containers in self._known[1].items()}
             with open(self.path, "rb") as handle:
                 data = handle.read()
         except FileNotFoundError:
@@ -61,21 +67,23 @@ class BaselineFile:
             raise StoreError("resize baselines %s are unreadable (%s): kept as they are; move the file aside to "
                              "start from the current assignments" % (self.path, exc)) from None
         self._written = data
-        return baselines
+        self._known = (signature, baselines)
+        return {uid: dict(containers) for uid, containers in baselines.items()}
 
     def save(self, baselines: Baselines) -> None:
-        if not self.path:
-            return
+        if not self.path or (not baselines and self._written is None and not os.path.exists(self.path)):
+            return  # nothing pinned, no file: none to write
         doc = {"format": FORMAT, "baselines": {uid: {name: str(cpus) for name, cpus in sorted(containers.items())}
                                                for uid, containers in sorted(baselines.items()) if containers}}
         data = (json.dumps(doc, separators=(",", ":")) + "\n").encode("utf-8")
         if data == self._written:
             return
         try:
-            atomic_write(self.path, data, durable=True)
+            info = atomic_write(self.path, data, durable=True)
         except OSError as exc:
             raise StoreError("cannot write %s: %s" % (self.path, exc.strerror or exc)) from None
         self._written = data
+        self._known = ((info.st_ino, info.st_size, info.st_mtime_ns), baselines)
 
 
 def baselines_path(state_path: str) -> str:

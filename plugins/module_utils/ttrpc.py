@@ -26,7 +26,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .errors import RuntimeTimeoutError, RuntimeUnavailableError
-from .proto_schema import Schema
+from .proto_schema import cached
 
 PLUGIN_CONN, RUNTIME_CONN = 1, 2
 REQUEST, RESPONSE = 1, 2
@@ -42,16 +42,12 @@ MESSAGES = {
 }
 # gRPC status codes ttrpc uses (google.rpc.Code).
 OK, UNKNOWN, DEADLINE_EXCEEDED, UNIMPLEMENTED = 0, 2, 4, 12
-_SCHEMA: Any = None
 
 Handler = Callable[[str, str, bytes, float], Optional[Tuple[int, str, bytes]]]
 
 
 def schema() -> Any:
-    global _SCHEMA  # noqa: PLW0603  # a per-process memo of an immutable table's classes
-    if _SCHEMA is None:
-        _SCHEMA = Schema("kubecpu/ttrpc.proto", "ttrpc", MESSAGES, {})
-    return _SCHEMA
+    return cached("kubecpu/ttrpc.proto", "ttrpc", MESSAGES, {})
 
 
 class Channel:
