@@ -63,6 +63,8 @@ ENUMS = {"ContainerState": ["CONTAINER_CREATED", "CONTAINER_RUNNING", "CONTAINER
 _GO_CODES = {"NOT_FOUND": "NotFound", "UNAVAILABLE": "Unavailable", "DEADLINE_EXCEEDED": "DeadlineExceeded",
              "UNKNOWN": "Unknown", "INVALID_ARGUMENT": "InvalidArgument", "UNIMPLEMENTED": "Unimplemented",
              "FAILED_PRECONDITION": "FailedPrecondition", "INTERNAL": "Internal", "CANCELLED": "Canceled"}
+
+
 def schema() -> Any:
     """The message classes (built once per process, on first use)."""
     try:
