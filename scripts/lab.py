@@ -94,9 +94,7 @@ class LabCRI(cri_grpc.CRIRuntime):
         self.lab = Schema("kubecpu/lab_cri_v1.proto", "runtime.v1", LAB_MESSAGES, LAB_ENUMS)
 
     def _message(self, name: str, doc: Dict[str, Any]) -> Any:
-        from google.protobuf import json_format  # noqa: PLC0415  # needs protobuf, which the lab has
-
-        return json_format.ParseDict(dict(doc), getattr(self.lab, name)(), ignore_unknown_fields=True)
+        return getattr(self.lab, name)(**doc)
 
     def run_pod_sandbox(self, config: Dict[str, Any]) -> str:
         request = self.lab.RunPodSandboxRequest(config=self._message("PodSandboxConfig", config))

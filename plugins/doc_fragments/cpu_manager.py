@@ -45,8 +45,8 @@ options:
   runtime:
     description:
       - How to talk to the container runtime. V(crictl) runs C(crictl) (needs nothing but python3);
-        V(cri) speaks CRI over gRPC directly (needs the Python packages C(grpcio) and C(protobuf) and nothing
-        else; its messages are built at import, no code is generated on the node).
+        V(cri) speaks CRI over gRPC directly (needs nothing but python3 either, as gRPC, HTTP/2 and the protobuf
+        encoding are kubecpu's own; its messages come from a table, no code is generated on the node).
     type: str
     choices: [crictl, cri]
     default: crictl

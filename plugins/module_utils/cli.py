@@ -215,7 +215,7 @@ def _wakers(manager: NodeManager, err: TextIO) -> List[Waker]:
 def cmd_nri(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     if not (len(args.plugin_index) == 2 and args.plugin_index.isdigit()):
         raise UsageError('invalid --plugin-index "%s": two digits, 00 to 99' % args.plugin_index)
-    from .nri_plugin import NRIPlugin, NRIView  # noqa: PLC0415  # needs protobuf: only this command imports it
+    from .nri_plugin import NRIPlugin, NRIView  # noqa: PLC0415  # only this command imports it
 
     view = NRIView()
     manager = build_manager(_node_config(args), with_runtime=True, topology=load_topology(args, stdin), runtime=view)

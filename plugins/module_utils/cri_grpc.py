@@ -2,10 +2,10 @@
 # Apache License 2.0 (see LICENSE)
 """The CRI backend: the runtime's gRPC API directly (``runtime.v1.RuntimeService``), one channel for all calls.
 
-Optional: it needs the Python packages ``grpcio`` and ``protobuf``, nothing else. The messages it uses are the
-table below (names and numbers are the CRI API's, RUNTIME.md section 5; each message lists only the fields kubecpu
-reads or writes), built into classes at import by ``proto_schema``: nothing is generated or written on the node.
-The crictl backend needs none of this.
+It needs nothing but the standard library: gRPC over HTTP/2 is ``grpc_h2``, the protobuf encoding
+``proto_schema``. The messages it uses are the table below (names and numbers are the CRI API's, RUNTIME.md section
+5; each message lists only the fields kubecpu reads or writes), built into classes on first use: nothing is
+generated or written on the node.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from typing import Any, Dict, List, Optional
 
 from .cpuset import CPUSet
 from .cri_decode import container_info, listed_container, parse_info_json, pid_cgroup, sandbox_cgroup_parent
+from .errors import (ContainerNotFoundError, ContainerRuntimeError, MessageError, RpcStatus, RuntimeOutputError,
+                     RuntimeTimeoutError, RuntimeUnavailableError)
+from .grpc_h2 import Connection
 from .proto_schema import cached
-from .errors import ContainerNotFoundError, ContainerRuntimeError, RuntimeTimeoutError, RuntimeUnavailableError
 from .runtime import ContainerInfo, ListedContainer, RuntimeBase, check_container_id
 
-NEED = "the cri runtime needs the Python packages grpcio and protobuf: pip install grpcio protobuf"
 DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
 SERVICE = "/runtime.v1.RuntimeService/"
 
@@ -67,15 +68,7 @@ _GO_CODES = {"NOT_FOUND": "NotFound", "UNAVAILABLE": "Unavailable", "DEADLINE_EX
 
 def schema() -> Any:
     """The message classes (built once per process, on first use)."""
-    try:
-        return cached("kubecpu/cri_v1.proto", "runtime.v1", MESSAGES, ENUMS)
-    except ImportError:
-        raise RuntimeUnavailableError(NEED) from None
-
-
-def grpc_target(endpoint: str) -> str:
-    """CRI endpoints are ``unix:///path`` (or a bare socket path)."""
-    return "unix://" + endpoint if endpoint.startswith("/") else endpoint
+    return cached("kubecpu/cri_v1.proto", "runtime.v1", MESSAGES, ENUMS)
 
 
 def status_error(code: str, details: str, operation: str, target: str, endpoint: str) -> ContainerRuntimeError:
@@ -97,41 +90,33 @@ def status_error(code: str, details: str, operation: str, target: str, endpoint:
 
 
 class CRIRuntime(RuntimeBase):
-    """CRI over gRPC: one channel for every call, each call bounded by the timeout."""
+    """CRI over gRPC: one connection for every call, each call bounded by the timeout."""
 
     name = "cri"
 
     def __init__(self, endpoint: Optional[str] = None, timeout: float = 2.0) -> None:
         super().__init__()
-        try:
-            import grpc  # type: ignore[import-untyped]  # noqa: PLC0415  # optional
-        except ImportError:
-            raise RuntimeUnavailableError(NEED) from None
-        self._grpc = grpc
         self.endpoint = endpoint or DEFAULT_ENDPOINT
         self.timeout = timeout
         self.pb = schema()
-        self.channel = grpc.insecure_channel(grpc_target(self.endpoint))
-        self._methods: Dict[str, Any] = {}
+        self.connection = Connection(self.endpoint)
 
     def call(self, rpc: str, request: Any, response: Any, *, target: str = "", operation: str = "",
              service: str = SERVICE) -> Any:
         """One unary call; a failure becomes the core's runtime error for its status."""
         self.count(operation or rpc)
-        method = self._methods.get(service + rpc)
-        if method is None:
-            method = self.channel.unary_unary(service + rpc, request_serializer=type(request).SerializeToString,
-                                              response_deserializer=response.FromString)
-            self._methods[service + rpc] = method
         try:
-            return method(request, timeout=self.timeout)
-        except self._grpc.RpcError as exc:
-            code = exc.code().name if callable(getattr(exc, "code", None)) else "UNKNOWN"
-            details = exc.details() if callable(getattr(exc, "details", None)) else str(exc)
-            raise status_error(code, details, operation or rpc, target, self.endpoint) from None
+            reply = self.connection.unary(service + rpc, request.SerializeToString(), self.timeout)
+        except RpcStatus as exc:
+            raise status_error(exc.code, exc.details, operation or rpc, target, self.endpoint) from None
+        try:
+            return response.FromString(reply)
+        except MessageError as exc:
+            raise RuntimeOutputError("%s: the runtime's answer is not a %s (%s)" % (
+                operation or rpc, response.__name__, exc), operation or rpc, target) from None
 
     def close(self) -> None:
-        self.channel.close()
+        self.connection.close()
 
     def version(self) -> Dict[str, str]:
         reply = self.call("Version", self.pb.VersionRequest(version="v1"), self.pb.VersionResponse,
@@ -180,23 +165,22 @@ class CRIRuntime(RuntimeBase):
                   self.pb.UpdateContainerResourcesResponse, target=container_id, operation="update")
 
     def event_stream(self) -> EventStream:
-        """The runtime's container events (GetContainerEvents, containerd 1.7 and later) as a waker for the agent."""
-        method = self.channel.unary_stream(SERVICE + "GetContainerEvents",
-                                           request_serializer=self.pb.GetEventsRequest.SerializeToString,
-                                           response_deserializer=self.pb.ContainerEventResponse.FromString)
-        return EventStream(lambda: method(self.pb.GetEventsRequest()), self._grpc.RpcError)
+        """The runtime's container events (GetContainerEvents, containerd 1.7 and later) as a waker for the agent,
+        on a connection of their own."""
+        return EventStream(Connection(self.endpoint), SERVICE + "GetContainerEvents",
+                           self.pb.GetEventsRequest().SerializeToString())
 
 
 class EventStream:
     """A streaming call read in a thread: each event makes the descriptor readable. When the runtime does not stream
     (UNIMPLEMENTED: containerd 1.6) or the stream ends, ``ended`` says why and the agent keeps its other wakers."""
 
-    def __init__(self, start: Any, rpc_error: Any) -> None:
+    def __init__(self, connection: Connection, path: str, request: bytes) -> None:
         self._read, self._write = os.pipe()
         os.set_blocking(self._read, False)
-        self._start = start
-        self._rpc_error = rpc_error
-        self._call: Any = None
+        self._connection = connection
+        self._path, self._request = path, request
+        self._closing = False
         self.events = 0
         self.ended = ""
         self._thread = threading.Thread(target=self._run, name="kubecpu-cri-events", daemon=True)
@@ -204,14 +188,12 @@ class EventStream:
 
     def _run(self) -> None:
         try:
-            self._call = self._start()
-            for _event in self._call:
+            for _event in self._connection.stream(self._path, self._request):
                 self.events += 1
                 os.write(self._write, b"e")
             self.ended = "the runtime ended its event stream"
-        except self._rpc_error as exc:
-            code = exc.code().name if callable(getattr(exc, "code", None)) else "UNKNOWN"
-            self.ended = "the runtime does not stream container events (%s)" % code
+        except RpcStatus as exc:
+            self.ended = "closed" if self._closing else "the runtime does not stream container events (%s)" % exc.code
         except OSError:
             self.ended = "closed"
         with contextlib.suppress(OSError):
@@ -227,9 +209,8 @@ class EventStream:
             return False
 
     def close(self) -> None:
-        if self._call is not None:
-            with contextlib.suppress(Exception):
-                self._call.cancel()
+        self._closing = True
+        self._connection.close()
         self._thread.join(timeout=2)
         for fd in (self._read, self._write):
             with contextlib.suppress(OSError):

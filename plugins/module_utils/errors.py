@@ -148,5 +148,23 @@ class RuntimeOutputError(ContainerRuntimeError):
     """The runtime answered with something that is not the documented shape."""
 
 
+class RpcStatus(Exception):
+    """A gRPC call ended with a status other than OK. ``code`` is the status name (``NOT_FOUND``), ``details`` its
+    message. The CRI backend, which knows the call and its target, turns it into one of the runtime errors above."""
+
+    def __init__(self, code: str, details: str) -> None:
+        self.code = code
+        self.details = details
+        super().__init__("%s: %s" % (code, details))
+
+
+class MessageError(ValueError):
+    """Bytes that are not the protobuf message they should be (truncated, a wrong wire type, a bad string)."""
+
+
+class ProtocolError(Exception):
+    """The peer broke HTTP/2 or HPACK; the gRPC client reports it as the status INTERNAL."""
+
+
 class SafetyError(KubecpuError):
     """kubecpu refuses to act because another manager pins CPUs on this node, or the setup would break it."""

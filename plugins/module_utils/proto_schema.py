@@ -1,38 +1,38 @@
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
-"""Protobuf message classes from a small table, built at import with ``protobuf`` alone (no generated code).
+"""Protobuf messages from a small table, in the standard library alone: no generated code, no protobuf package.
 
 A backend lists the messages it uses, each field as ``(name, number, type)`` with the published API's names and
 numbers: a scalar (``string``, ``int64``, ``int32``, ``uint32``, ``uint64``, ``bool``, ``bytes``), ``map`` (a
-``map<string, string>``), another message or enum of the same table, and ``[]T`` for a repeated field. The table
-becomes a ``FileDescriptorProto`` in a private pool (so two tables may name the same message differently), and
-protobuf makes the classes: the wire format is fixed by the numbers and types alone.
+``map<string, string>``), another message or enum of the same table, and ``[]T`` for a repeated field. The wire
+format follows from the numbers and types alone (protobuf's encoding rules): varints for integers, bools and enums
+(a negative ``int32`` or ``int64`` as ten bytes), length-delimited strings, bytes, messages and map entries (key 1,
+value 2), repeated numbers packed (either form read). Fields are written in number order, map keys sorted, values
+equal to proto3's defaults left out; fields the table does not list are kept as they came and written back.
+
+Messages behave as protobuf's Python messages do where kubecpu uses them: keyword construction (a nested dict for
+a message, a list for a repeated field), proto3 defaults on reading, a sub-message made on first read and joined to
+its parent when written to, repeated fields as lists, maps as dicts, ``HasField`` for message fields, ``CopyFrom``,
+``SerializeToString``, ``FromString``, equality.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Sequence, Tuple
+from typing import Any, ClassVar, Dict, Mapping, NamedTuple, Sequence, Tuple, Type
 
-# descriptor.proto's FieldDescriptorProto numbers (facts of the format; protobuf itself is imported only when a
-# table is built, so importing this module needs no optional package).
-TYPE_INT64, TYPE_UINT64, TYPE_INT32, TYPE_BOOL, TYPE_STRING, TYPE_MESSAGE, TYPE_BYTES, TYPE_UINT32, TYPE_ENUM = (
-    3, 4, 5, 8, 9, 11, 12, 13, 14)
-LABEL_OPTIONAL, LABEL_REPEATED = 1, 3
-SCALARS = {"string": TYPE_STRING, "int64": TYPE_INT64, "int32": TYPE_INT32, "uint32": TYPE_UINT32,
-           "uint64": TYPE_UINT64, "bool": TYPE_BOOL, "bytes": TYPE_BYTES}
+from .errors import MessageError
+
+SCALARS = {"string": "", "bytes": b"", "int64": 0, "int32": 0, "uint32": 0, "uint64": 0, "bool": False}
+VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
 FieldSpec = Tuple[str, int, str]
 
 
-def _protobuf() -> Tuple[Any, Any, Any]:
-    """descriptor_pb2, descriptor_pool and the message-class maker of the installed protobuf."""
-    from google.protobuf import (  # type: ignore[import-untyped]  # noqa: PLC0415  # optional dependency
-        descriptor_pb2, descriptor_pool, message_factory)
-
-    make = getattr(message_factory, "GetMessageClass", None)
-    if make is None:  # protobuf before 4.21: the factory's older spelling
-        def make(descriptor: Any) -> Any:
-            return message_factory.MessageFactory(descriptor.file.pool).GetPrototype(descriptor)
-    return descriptor_pb2, descriptor_pool, make
+class Field(NamedTuple):
+    name: str
+    number: int
+    kind: str  # a scalar's name, "map", "enum" or "message"
+    repeated: bool
+    type_name: str  # the message's or enum's name
 
 
 _BUILT: Dict[str, Schema] = {}
@@ -46,8 +46,269 @@ def cached(file_name: str, package: str, messages: Mapping[str, Sequence[FieldSp
     return _BUILT[file_name]
 
 
-def _entry_name(field: str) -> str:
-    return "".join(part.capitalize() for part in field.split("_")) + "Entry"
+def _varint(value: int) -> bytes:
+    value &= 0xFFFFFFFFFFFFFFFF  # negatives: two's complement on 64 bits, ten bytes
+    out = bytearray()
+    while value > 127:
+        out.append((value & 127) | 128)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _read_varint(data: bytes, at: int, end: int) -> Tuple[int, int]:
+    value = shift = 0
+    while True:
+        if at >= end or shift > 63:
+            raise MessageError("truncated or overlong varint")
+        byte = data[at]
+        at += 1
+        value |= (byte & 127) << shift
+        shift += 7
+        if not byte & 128:
+            return value, at
+
+
+def _signed(value: int, bits: int) -> int:
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def _length(number: int, body: bytes) -> bytes:
+    return _varint(number << 3 | LENGTH) + _varint(len(body)) + body
+
+
+class Message:
+    """A message of a table (each message is a subclass made by ``Schema``)."""
+
+    __slots__ = ("_lazy", "_parent", "_unknown", "_values")
+    _fields: ClassVar[Dict[str, Field]] = {}
+    _numbers: ClassVar[Dict[int, Field]] = {}
+    _schema: ClassVar[Schema]
+
+    def __init__(self, **fields: Any) -> None:
+        object.__setattr__(self, "_values", {})
+        object.__setattr__(self, "_lazy", {})
+        object.__setattr__(self, "_parent", None)
+        object.__setattr__(self, "_unknown", [])
+        for name, value in fields.items():
+            if value is not None:  # None: unset, as protobuf takes it
+                self._assign(self._field(name), value)
+
+    def _field(self, name: str) -> Field:
+        field = self._fields.get(name)
+        if field is None:
+            raise AttributeError("%s has no field %r" % (type(self).__name__, name))
+        return field
+
+    def _class(self, field: Field) -> Type[Message]:
+        return self._schema.message_class(field.type_name)
+
+    def _assign(self, field: Field, value: Any) -> None:
+        if field.kind == "map":
+            self._values[field.name] = {_scalar("string", k): _scalar("string", v) for k, v in dict(value).items()}
+        elif field.repeated:
+            self._values[field.name] = [self._item(field, item) for item in value]
+        else:
+            self._values[field.name] = self._item(field, value)
+
+    def _item(self, field: Field, value: Any) -> Any:
+        if field.kind != "message":
+            return _scalar(field.kind, value)
+        cls = self._class(field)
+        if isinstance(value, dict):
+            return cls(**value)
+        if type(value) is not cls:
+            raise TypeError("%s.%s takes a %s, not %s" % (type(self).__name__, field.name, cls.__name__,
+                                                          type(value).__name__))
+        object.__setattr__(value, "_parent", None)
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # a slot not yet set, or a protocol probe (copy, pickle)
+            raise AttributeError(name)
+        values = self._values
+        if name in values:
+            return values[name]
+        field = self._field(name)
+        if field.kind == "map":
+            return values.setdefault(name, {})
+        if field.repeated:
+            return values.setdefault(name, [])
+        if field.kind != "message":
+            return SCALARS.get(field.kind, 0)
+        child = self._lazy.get(name)
+        if child is None:
+            child = self._lazy[name] = self._class(field)()
+            object.__setattr__(child, "_parent", (self, name))
+        return child
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        field = self._field(name)
+        if field.repeated or field.kind in ("map", "message"):
+            raise AttributeError("%s.%s: assign to its fields, or use CopyFrom, extend or update" % (
+                type(self).__name__, name))
+        self._values[name] = _scalar(field.kind, value)
+        self._join()
+
+    def _join(self) -> None:
+        """Written to: a sub-message made on reading becomes part of its parent (and the parent of its own)."""
+        parent = self._parent
+        if parent is not None:
+            owner, name = parent
+            owner._values[name] = self
+            owner._lazy.pop(name, None)
+            object.__setattr__(self, "_parent", None)
+            owner._join()
+
+    def HasField(self, name: str) -> bool:  # protobuf's name
+        field = self._field(name)
+        if field.kind != "message" or field.repeated:
+            raise ValueError("%s.%s has no presence" % (type(self).__name__, name))
+        return name in self._values or bool(name in self._lazy and self._lazy[name].SerializeToString())
+
+    def CopyFrom(self, other: Message) -> None:  # protobuf's name
+        if type(other) is not type(self):
+            raise TypeError("CopyFrom: %s from %s" % (type(self).__name__, type(other).__name__))
+        copy = type(self).FromString(other.SerializeToString())
+        object.__setattr__(self, "_values", copy._values)
+        object.__setattr__(self, "_unknown", copy._unknown)
+        self._lazy.clear()
+        self._join()
+
+    def SerializeToString(self) -> bytes:  # protobuf's name
+        out = bytearray()
+        for field in self._numbers.values():
+            value = self._values.get(field.name)
+            if value is None and field.kind == "message" and not field.repeated:
+                lazy = self._lazy.get(field.name)
+                body = lazy.SerializeToString() if lazy is not None else b""
+                out += _length(field.number, body) if body else b""
+            elif value is not None:
+                out += self._encode(field, value)
+        for raw in self._unknown:
+            out += raw
+        return bytes(out)
+
+    def _encode(self, field: Field, value: Any) -> bytes:
+        if field.kind == "map":
+            return b"".join(_length(field.number, _length(1, k.encode()) + _length(2, value[k].encode()))
+                            for k in sorted(value))
+        if field.kind == "message":
+            items = value if field.repeated else [value]
+            return b"".join(_length(field.number, item.SerializeToString()) for item in items)
+        if field.kind in ("string", "bytes"):
+            items = value if field.repeated else [value] if value else []
+            return b"".join(_length(field.number, item.encode() if field.kind == "string" else item) for item in items)
+        if field.repeated:  # numbers, packed
+            return _length(field.number, b"".join(_varint(int(item)) for item in value)) if value else b""
+        return _varint(field.number << 3 | VARINT) + _varint(int(value)) if value else b""
+
+    @classmethod
+    def FromString(cls, data: bytes) -> Message:  # protobuf's name
+        message = cls()
+        message._decode(bytes(data), 0, len(data))
+        return message
+
+    def _decode(self, data: bytes, at: int, end: int) -> None:
+        while at < end:
+            start = at
+            value: Any
+            key, at = _read_varint(data, at, end)
+            number, wire = key >> 3, key & 7
+            if wire == VARINT:
+                value, at = _read_varint(data, at, end)
+            elif wire in (LENGTH, FIXED64, FIXED32):
+                size, at = _read_varint(data, at, end) if wire == LENGTH else (8 if wire == FIXED64 else 4, at)
+                if at + size > end:
+                    raise MessageError("%s: field %d runs past the end" % (type(self).__name__, number))
+                value, at = data[at:at + size], at + size
+            else:
+                raise MessageError("%s: field %d has wire type %d" % (type(self).__name__, number, wire))
+            field = self._numbers.get(number)
+            if field is None:
+                self._unknown.append(data[start:at])
+            else:
+                self._take(field, wire, value)
+
+    def _take(self, field: Field, wire: int, value: Any) -> None:
+        numeric = field.kind not in ("string", "bytes", "map", "message")
+        if not (wire == VARINT or (field.repeated and wire == LENGTH) if numeric else wire == LENGTH):
+            raise MessageError("%s.%s: wire type %d" % (type(self).__name__, field.name, wire))
+        values = self._values
+        if field.kind == "map":
+            entry = _MapEntry.FromString(value)
+            values.setdefault(field.name, {})[entry.key] = entry.value
+        elif field.kind == "message":
+            child = self._class(field).FromString(value)
+            if field.repeated:
+                values.setdefault(field.name, []).append(child)
+            elif field.name in values:
+                values[field.name]._decode(value, 0, len(value))  # a message seen twice: merged, as protobuf does
+            else:
+                values[field.name] = child
+        elif not numeric:
+            item = value if field.kind == "bytes" else _utf8(value, field)
+            if field.repeated:
+                values.setdefault(field.name, []).append(item)
+            else:
+                values[field.name] = item
+        elif field.repeated:
+            items = values.setdefault(field.name, [])
+            if wire == LENGTH:
+                at = 0
+                while at < len(value):
+                    number, at = _read_varint(value, at, len(value))
+                    items.append(_number(field.kind, number))
+            else:
+                items.append(_number(field.kind, value))
+        else:
+            values[field.name] = _number(field.kind, value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Message) and type(other) is type(self) and (
+            self.SerializeToString() == other.SerializeToString())
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % item for item in sorted(self._values.items())))
+
+
+def _utf8(value: bytes, field: Field) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise MessageError("field %s: a string that is not UTF-8" % field.name) from None
+
+
+def _number(kind: str, value: int) -> Any:
+    if kind == "bool":
+        return bool(value)
+    if kind in ("int32", "enum"):
+        return _signed(value, 32)
+    if kind == "int64":
+        return _signed(value, 64)
+    return value & 0xFFFFFFFF if kind == "uint32" else value
+
+
+def _scalar(kind: str, value: Any) -> Any:
+    """A value for a scalar field, of the field's type (protobuf refuses the others too)."""
+    if kind == "string":
+        ok = isinstance(value, str)
+    elif kind == "bytes":
+        ok = isinstance(value, bytes)
+    elif kind == "bool":
+        ok = isinstance(value, (bool, int))
+        value = bool(value)
+    else:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        limit = 64 if kind.endswith("64") else 32
+        ok = ok and (-(1 << (limit - 1)) <= value < (1 << (limit - 1)) if not kind.startswith("uint")
+                     else 0 <= value < (1 << limit))
+    if not ok:
+        raise TypeError("%r is not a valid %s" % (value, kind))
+    return value
 
 
 class Schema:
@@ -55,24 +316,18 @@ class Schema:
 
     def __init__(self, file_name: str, package: str, messages: Mapping[str, Sequence[FieldSpec]],
                  enums: Mapping[str, Sequence[str]]) -> None:
-        descriptor_pb2, descriptor_pool, make_class = _protobuf()
-        proto = descriptor_pb2.FileDescriptorProto(name=file_name, package=package, syntax="proto3")
-        for enum_name, values in enums.items():
-            enum = proto.enum_type.add(name=enum_name)
-            for number, value in enumerate(values):
-                enum.value.add(name=value, number=number)
-        for message_name, specs in messages.items():
-            message = proto.message_type.add(name=message_name)
-            for spec in specs:
-                _field(package, message, spec, messages, enums)
-        self.pool = descriptor_pool.DescriptorPool()
-        self.pool.AddSerializedFile(proto.SerializeToString())
+        self.file_name = file_name
         self.package = package
-        self._classes: Dict[str, Any] = {}
-        for message_name in messages:
-            descriptor = self.pool.FindMessageTypeByName("%s.%s" % (package, message_name))
-            self._classes[message_name] = make_class(descriptor)
-        self._enums = {name: self.pool.FindEnumTypeByName("%s.%s" % (package, name)) for name in enums}
+        self._enums = {name: list(values) for name, values in enums.items()}
+        self._classes: Dict[str, Type[Message]] = {}
+        for message_name, specs in messages.items():
+            fields = sorted((_field(message_name, spec, messages, enums) for spec in specs), key=lambda f: f.number)
+            self._classes[message_name] = type(message_name, (Message,), {
+                "__slots__": (), "_fields": {f.name: f for f in fields}, "_numbers": {f.number: f for f in fields},
+                "_schema": self, "__module__": __name__, "__qualname__": "%s.%s" % (package, message_name)})
+
+    def message_class(self, name: str) -> Type[Message]:
+        return self._classes[name]
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -82,39 +337,23 @@ class Schema:
 
     def enum_name(self, enum: str, number: int) -> str:
         """The name of an enum value (an unknown number stays a number, as protobuf keeps it)."""
-        value = self._enums[enum].values_by_number.get(number)
-        return str(number) if value is None else str(value.name)
+        values = self._enums[enum]
+        return values[number] if 0 <= number < len(values) else str(number)
 
 
-def _json_name(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.capitalize() for part in rest)
-
-
-def _field(package: str, message: Any, spec: FieldSpec, messages: Mapping[str, Sequence[FieldSpec]],
-           enums: Mapping[str, Sequence[str]]) -> None:
-    """One field of ``message`` (a map field gets its nested entry type)."""
+def _field(message: str, spec: FieldSpec, messages: Mapping[str, Sequence[FieldSpec]],
+           enums: Mapping[str, Sequence[str]]) -> Field:
     name, number, kind = spec
     repeated = kind.startswith("[]")
     base = kind[2:] if repeated else kind
-    field = message.field.add(name=name, number=number, json_name=_json_name(name),
-                              label=LABEL_REPEATED if repeated else LABEL_OPTIONAL)
-    if base == "map":
-        entry = message.nested_type.add(name=_entry_name(name))
-        entry.options.map_entry = True
-        for entry_field, entry_number in (("key", 1), ("value", 2)):
-            entry.field.add(name=entry_field, number=entry_number, json_name=entry_field,
-                            label=LABEL_OPTIONAL, type=TYPE_STRING)
-        field.label = LABEL_REPEATED
-        field.type = TYPE_MESSAGE
-        field.type_name = ".%s.%s.%s" % (package, message.name, entry.name)
-    elif base in SCALARS:
-        field.type = SCALARS[base]
-    elif base in enums:
-        field.type = TYPE_ENUM
-        field.type_name = ".%s.%s" % (package, base)
-    elif base in messages:
-        field.type = TYPE_MESSAGE
-        field.type_name = ".%s.%s" % (package, base)
-    else:
-        raise ValueError("field %s.%s: unknown type %r" % (message.name, name, kind))
+    if base in SCALARS or base == "map":
+        return Field(name, number, base, repeated or base == "map", "")
+    if base in enums:
+        return Field(name, number, "enum", repeated, base)
+    if base in messages:
+        return Field(name, number, "message", repeated, base)
+    raise ValueError("field %s.%s: unknown type %r" % (message, name, kind))
+
+
+_MapEntry = Schema("kubecpu/map_entry.proto", "kubecpu", {"Entry": [("key", 1, "string"), ("value", 2, "string")]},
+                   {}).message_class("Entry")

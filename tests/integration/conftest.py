@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import subprocess
 import sys
 
 import pytest
@@ -25,3 +26,14 @@ def lab():
         pytest.skip("no real containerd here: " + "; ".join(problems))
     with lab_module.Lab() as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory):
+    """A virtualenv with no package at all, as a node's python3 has."""
+    venv = tmp_path_factory.mktemp("bare") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    for module in ("grpc", "google.protobuf"):
+        assert subprocess.run([python, "-c", "import " + module], capture_output=True, check=False).returncode != 0
+    return python

@@ -318,31 +318,13 @@ def test_agent_and_one_shot_passes_together_never_double_book(lab, pods, tmp_pat
     assert agent.returncode == 0, err
 
 
-@pytest.fixture(scope="module")
-def grpc_only_python(tmp_path_factory):
-    """A virtualenv with nothing but ``pip install grpcio protobuf`` (the versions the suite pins), as a node has."""
-    venv = tmp_path_factory.mktemp("grpc-only") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
-    pins = [line.split()[0] for line in open(os.path.join(ROOT, "requirements-dev.txt"), encoding="utf-8")
-            if line.startswith(("grpcio==", "protobuf=="))]
-    subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *pins], check=True,
-                   timeout=600)
-    listed = subprocess.run([python, "-m", "pip", "list", "--format=freeze"], check=True, capture_output=True,
-                            text=True).stdout
-    names = {line.split("==")[0].lower() for line in listed.split()}
-    assert {"grpcio", "protobuf"} <= names and "grpcio-tools" not in names  # and their own dependencies only
-    assert subprocess.run([python, "-c", "import grpc_tools"], capture_output=True, check=False).returncode != 0
-    return python
-
-
-def test_the_cri_runtime_needs_only_grpcio_and_protobuf_and_writes_no_code(lab, pods, tmp_path, grpc_only_python):
+def test_the_cri_runtime_needs_nothing_but_python_and_writes_no_code(lab, pods, tmp_path, bare_python):
     state = tmp_path / "kubecpu" / "state"
-    g = pods("only-grpc", "Guaranteed", [{"name": "main", "cpu": 1000}])
+    g = pods("bare-python", "Guaranteed", [{"name": "main", "cpu": 1000}])
     argv = [KUBECPU, "reconcile", "--runtime", "cri", "--runtime-endpoint", lab.endpoint, "--state", str(state),
             "--num-reserved", "1", "--kubelet-state", str(tmp_path / "kubelet-state")]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False,
-                          env=dict(os.environ, KUBECPU_PYTHON=grpc_only_python, TMPDIR=str(tmp_path / "tmp")))
+                          env=dict(os.environ, KUBECPU_PYTHON=bare_python, TMPDIR=str(tmp_path / "tmp")))
     assert proc.returncode == 0, proc.stderr
     assert [(a["container"], a["cpus"]) for a in json.loads(proc.stdout)["actions"] if a["action"] == "allocate"] == [
         ("main", "1")]

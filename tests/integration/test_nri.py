@@ -39,8 +39,9 @@ def nri_lab(tmp_path_factory):
 class Plugin:
     """bin/kubecpu nri as a process, its log in a file."""
 
-    def __init__(self, lab, directory):
+    def __init__(self, lab, directory, python):
         self.lab = lab
+        self.python = python  # a bare python3: the plugin needs no package
         self.state = os.path.join(directory, "kubecpu", "state")
         self.log_path = os.path.join(directory, "plugin.log")
         self.proc = None
@@ -49,7 +50,7 @@ class Plugin:
         argv = [KUBECPU, "nri", "--socket", self.lab.nri_socket, "--state", self.state, "--num-reserved", "1",
                 "--kubelet-state", self.state + ".kubelet", "--metrics-path", self.state + ".prom"]
         log = open(self.log_path, "a")  # the process keeps it open
-        self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=dict(os.environ, KUBECPU_PYTHON=sys.executable))
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=dict(os.environ, KUBECPU_PYTHON=self.python))
         self.wait_for("registered with the runtime")
 
     def stop(self, sig=signal.SIGTERM):
@@ -76,8 +77,8 @@ class Plugin:
 
 
 @pytest.fixture
-def plugin(nri_lab, tmp_path):
-    running = Plugin(nri_lab, str(tmp_path))
+def plugin(nri_lab, tmp_path, bare_python):
+    running = Plugin(nri_lab, str(tmp_path), bare_python)
     running.start()
     made = []
 

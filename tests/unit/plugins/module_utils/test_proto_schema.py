@@ -4,8 +4,12 @@ protobuf encoding rules by hand), maps, repeated fields, enums, nesting, and a b
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import cri_grpc, nri_api
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.proto_schema import Schema
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.protobuf_oracle import Oracle
 
 TABLE = {
     "Inner": [("name", 1, "string"), ("attempt", 2, "uint32")],
@@ -62,3 +66,61 @@ def test_a_bad_table_is_refused():
         Schema("test/bad.proto", "test.v1", {"Bad": [("x", 1, "Nowhere")]}, {})
     with pytest.raises(AttributeError):
         Schema("test/empty.proto", "test.v2", {}, {}).Missing  # noqa: B018
+
+
+# --- against protobuf itself: the same bytes as the protobuf package writes, and each reads the other's -------------
+SCALAR_VALUES = {"string": st.text(max_size=8), "bytes": st.binary(max_size=8), "bool": st.booleans(),
+                 "int64": st.integers(-(2 ** 63), 2 ** 63 - 1), "int32": st.integers(-(2 ** 31), 2 ** 31 - 1),
+                 "uint32": st.integers(0, 2 ** 32 - 1), "uint64": st.integers(0, 2 ** 64 - 1)}
+
+
+def documents(messages, enums, name, depth=3):
+    """A message of the table as keyword arguments: any subset of its fields, nested messages to ``depth``."""
+    fields = {}
+    for field, _number, kind in messages[name]:
+        repeated = kind.startswith("[]")
+        base = kind[2:] if repeated else kind
+        if base == "map":
+            value = st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=3)
+        elif base in SCALAR_VALUES:
+            value = SCALAR_VALUES[base]
+        elif base in enums:
+            value = st.integers(0, len(enums[base]) - 1)
+        elif depth:
+            value = documents(messages, enums, base, depth - 1)
+        else:
+            continue
+        fields[field] = st.lists(value, max_size=3) if repeated else value
+    return st.fixed_dictionaries({}, optional=fields)
+
+
+TABLES = [("test/table.proto", "test.v1", TABLE, ENUMS),
+          ("kubecpu/cri_v1.proto", "runtime.v1", cri_grpc.MESSAGES, cri_grpc.ENUMS),
+          ("kubecpu/nri_v1alpha1.proto", nri_api.PACKAGE, nri_api.MESSAGES, nri_api.ENUMS)]
+CASES = [(table, name) for table in TABLES for name in table[2]]
+
+
+@pytest.mark.parametrize("table, name", CASES, ids=["%s:%s" % (t[0], n) for t, n in CASES])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_message_of_every_table_is_byte_for_byte_protobufs(table, name, data):
+    ours, theirs = getattr(Schema(*table), name), getattr(Oracle(*table), name)
+    doc = data.draw(documents(table[2], table[3], name))
+    wire = theirs(**doc).SerializeToString(deterministic=True)
+    if not _maps_of_two(table[2], name, doc):  # protobuf's order of map entries is its own (any order is valid)
+        assert ours(**doc).SerializeToString() == wire
+    assert ours.FromString(wire) == ours(**doc)
+    assert theirs.FromString(ours(**doc).SerializeToString()) == theirs(**doc)
+
+
+def _maps_of_two(messages, name, doc):
+    """Whether a map somewhere in ``doc`` has two entries or more."""
+    kinds = {field: kind for field, _number, kind in messages[name]}
+    for field, value in doc.items():
+        base = kinds[field].lstrip("[]")
+        if base == "map" and len(value) > 1:
+            return True
+        if base in messages and any(_maps_of_two(messages, base, item)
+                                    for item in (value if kinds[field].startswith("[]") else [value])):
+            return True
+    return False
