@@ -58,7 +58,7 @@ def address(endpoint: str) -> Address:
     for prefix in ("dns:///", "tcp://"):
         if endpoint.startswith(prefix):
             endpoint = endpoint[len(prefix):]
-    host, _, port = endpoint.rpartition(":")
+    host, _colon, port = endpoint.rpartition(":")
     if not host or not port.isdigit():
         raise RpcStatus("UNAVAILABLE", "endpoint %r is neither unix:///path nor host:port" % endpoint)
     return socket.AF_INET6 if ":" in host else socket.AF_INET, (host.strip("[]"), int(port))
@@ -278,6 +278,7 @@ class Connection:
         if self.unacknowledged >= WINDOW // 2:
             self._send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.unacknowledged)))
             self.unacknowledged = 0
+
 
 def _finish(fields: Dict[str, str], http_status: str, pending: bytearray) -> None:
     """The call's end: OK, or its status as an ``RpcStatus``."""

@@ -84,7 +84,7 @@ class Message:
     __slots__ = ("_lazy", "_parent", "_unknown", "_values")
     _fields: ClassVar[Dict[str, Field]] = {}
     _numbers: ClassVar[Dict[int, Field]] = {}
-    _schema: ClassVar[Schema]
+    _classes: ClassVar[Dict[str, Type[Message]]] = {}  # the table's classes, by name
 
     def __init__(self, **fields: Any) -> None:
         object.__setattr__(self, "_values", {})
@@ -102,7 +102,7 @@ class Message:
         return field
 
     def _class(self, field: Field) -> Type[Message]:
-        return self._schema.message_class(field.type_name)
+        return self._classes[field.type_name]
 
     def _assign(self, field: Field, value: Any) -> None:
         if field.kind == "map":
@@ -118,7 +118,7 @@ class Message:
         cls = self._class(field)
         if isinstance(value, dict):
             return cls(**value)
-        if type(value) is not cls:
+        if not isinstance(value, cls):
             raise TypeError("%s.%s takes a %s, not %s" % (type(self).__name__, field.name, cls.__name__,
                                                           type(value).__name__))
         object.__setattr__(value, "_parent", None)
@@ -324,10 +324,7 @@ class Schema:
             fields = sorted((_field(message_name, spec, messages, enums) for spec in specs), key=lambda f: f.number)
             self._classes[message_name] = type(message_name, (Message,), {
                 "__slots__": (), "_fields": {f.name: f for f in fields}, "_numbers": {f.number: f for f in fields},
-                "_schema": self, "__module__": __name__, "__qualname__": "%s.%s" % (package, message_name)})
-
-    def message_class(self, name: str) -> Type[Message]:
-        return self._classes[name]
+                "_classes": self._classes, "__module__": __name__, "__qualname__": "%s.%s" % (package, message_name)})
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -356,4 +353,4 @@ def _field(message: str, spec: FieldSpec, messages: Mapping[str, Sequence[FieldS
 
 
 _MapEntry = Schema("kubecpu/map_entry.proto", "kubecpu", {"Entry": [("key", 1, "string"), ("value", 2, "string")]},
-                   {}).message_class("Entry")
+                   {}).Entry

@@ -197,7 +197,7 @@ class Peer:
         return head[3], head[4]
 
     def _serve(self):
-        conn, _ = self.listener.accept()
+        conn, _address = self.listener.accept()
         with conn:
             assert self._read(conn, len(grpc_h2.PREFACE)) == grpc_h2.PREFACE
             while self._frame(conn) != (grpc_h2.DATA, grpc_h2.END_STREAM):
@@ -237,8 +237,8 @@ def test_settings_and_pings_are_acknowledged_and_padding_and_continuations_read(
     conn, server = peer(
         grpc_h2.frame(grpc_h2.SETTINGS, 0, 0, struct.pack(">HI", grpc_h2.SETTINGS_MAX_FRAME_SIZE, 32768)),
         grpc_h2.frame(grpc_h2.PING, 0, 0, b"12345678"),
-        grpc_h2.frame(grpc_h2.HEADERS, 0, 1, block[:5]), grpc_h2.frame(grpc_h2.CONTINUATION, grpc_h2.END_HEADERS, 1,
-                                                                        block[5:]),
+        grpc_h2.frame(grpc_h2.HEADERS, 0, 1, block[:5]),
+        grpc_h2.frame(grpc_h2.CONTINUATION, grpc_h2.END_HEADERS, 1, block[5:]),
         grpc_h2.frame(grpc_h2.DATA, grpc_h2.PADDED, 1, padded),
         _headers(1, TRAILERS, grpc_h2.END_HEADERS | grpc_h2.END_STREAM))
     assert conn.unary("/x/Y", b"", 2.0) == b"hello"
