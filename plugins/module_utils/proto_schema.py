@@ -249,7 +249,7 @@ class Message:
 
     def _length_field(self, field: Field, data: bytes, at: int, stop: int) -> None:
         kind, name, values = field.kind, field.name, self._values
-        if kind == "string" or kind == "bytes":
+        if kind in ("string", "bytes"):
             item = data[at:stop] if kind == "bytes" else _utf8(data[at:stop], field)
             if field.repeated:
                 values.setdefault(name, []).append(item)
