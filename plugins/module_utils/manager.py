@@ -201,13 +201,18 @@ class NodeManager:
     def admission(self) -> Dict[str, Any]:
         """What if every running container were admitted afresh under this manager's Topology Manager policy (as the
         kubelet re-admits them after its checkpoint is removed). Reads the runtime; changes nothing."""
-        listing = Plan(CPUState(self.policy.name))
-        views = build_views(self.observe(listing))
         fresh = CPUState(self.policy.name)
         self.policy.start(fresh)
-        simulated = Plan(fresh.copy())
-        self._allocate_running(simulated, fresh, views)
-        return self.topology_admission.report(simulated, listing.skipped)
+        simulated = self.adopt(fresh)
+        return self.topology_admission.report(simulated, simulated.skipped)
+
+    def adopt(self, state: CPUState) -> Plan:
+        """Every running container admitted into ``state`` (pods in creation order), as the kubelet admits what runs
+        on a node that turns static. Reads the runtime; changes ``state``, nothing on the node."""
+        simulated = Plan(state.copy())
+        views = build_views(self.observe(simulated))
+        self._allocate_running(simulated, state, views)
+        return simulated
 
     def allocate_container(self, container_id: Optional[str] = None, pod_uid: Optional[str] = None, *,
                            container: Optional[str] = None, cpus: Optional[int] = None,
