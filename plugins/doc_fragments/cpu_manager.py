@@ -5,6 +5,37 @@
 from __future__ import annotations
 
 
+# How to reach the container runtime (shared by the full fragment and kubecpu.cpu_manager.cpu_manager.runtime).
+_RUNTIME = r"""
+  runtime:
+    description:
+      - How to talk to the container runtime. V(crictl) runs C(crictl) (needs nothing but python3);
+        V(cri) speaks CRI over gRPC directly (needs nothing but python3 either, as gRPC, HTTP/2 and the protobuf
+        encoding are kubecpu's own; its messages come from a table, no code is generated on the node).
+    type: str
+    choices: [crictl, cri]
+    default: crictl
+  runtime_endpoint:
+    description:
+      - The CRI endpoint, for example C(unix:///run/containerd/containerd.sock).
+      - Default what crictl itself uses (C(CONTAINER_RUNTIME_ENDPOINT), then C(/etc/crictl.yaml)), else
+        containerd's socket.
+    type: str
+  crictl_path:
+    description: The crictl binary.
+    type: path
+    default: crictl
+  runtime_timeout:
+    description: Timeout of each runtime call, in seconds.
+    type: float
+    default: 2.0
+  cgroup_root:
+    description: Where cgroupfs is mounted; cpusets are read back from here to verify what the runtime applied.
+    type: path
+    default: /sys/fs/cgroup
+"""
+
+
 class ModuleDocFragment:
     DOCUMENTATION = r"""
 options:
@@ -42,29 +73,7 @@ options:
         C(prefer-align-cpus-by-uncorecache)); values are parsed like Go's C(strconv.ParseBool).
     type: dict
     default: {}
-  runtime:
-    description:
-      - How to talk to the container runtime. V(crictl) runs C(crictl) (needs nothing but python3);
-        V(cri) speaks CRI over gRPC directly (needs nothing but python3 either, as gRPC, HTTP/2 and the protobuf
-        encoding are kubecpu's own; its messages come from a table, no code is generated on the node).
-    type: str
-    choices: [crictl, cri]
-    default: crictl
-  runtime_endpoint:
-    description:
-      - The CRI endpoint, for example C(unix:///run/containerd/containerd.sock).
-      - Default what crictl itself uses (C(CONTAINER_RUNTIME_ENDPOINT), then C(/etc/crictl.yaml)), else
-        containerd's socket.
-    type: str
-  crictl_path:
-    description: The crictl binary.
-    type: path
-    default: crictl
-  runtime_timeout:
-    description: Timeout of each runtime call, in seconds.
-    type: float
-    default: 2.0
-  sysfs_root:
+""" + _RUNTIME + r"""  sysfs_root:
     description:
       - Discover the CPU topology from sysfs below this directory (a fake tree in tests).
     type: path
@@ -73,10 +82,6 @@ options:
     description:
       - Read the topology from this C(kubecpu.topology/v1) JSON file instead of discovering it.
     type: path
-  cgroup_root:
-    description: Where cgroupfs is mounted; cpusets are read back from here to verify what the runtime applied.
-    type: path
-    default: /sys/fs/cgroup
   kubelet_state_path:
     description:
       - The kubelet's checkpoint. When it says policy C(static) the kubelet pins CPUs itself and the module
@@ -159,3 +164,7 @@ attributes:
     support: full
     description: Never changes anything.
 """
+
+    # The container runtime alone, for the modules that plan against what runs
+    # (kubecpu.cpu_manager.cpu_manager.runtime).
+    RUNTIME = "options:" + _RUNTIME

@@ -15,6 +15,7 @@ import re
 from fractions import Fraction
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
+from .admission import Admission
 from .checkpoint import decode
 from .cpuset import CPUSet
 from .errors import (ConfigError, CPUSetError, KubecpuError, OptionError, PolicyError, QuantityError, RestoreFailure,
@@ -26,6 +27,7 @@ from .options import (ALIGN_BY_SOCKET, DISTRIBUTE_CPUS_ACROSS_CORES, DISTRIBUTE_
 from .policy import NONE, STATIC, new_policy, take_by_topology
 from .quantity import parse_quantity
 from .reservation import plan_reservation
+from .rewrite import Adopter, Rewrite, rewrite_checkpoint
 from .topology import Topology
 from .topology_manager import MAX_ALLOWABLE, POLICIES, PREFER_CLOSEST, SCOPES
 
@@ -207,6 +209,15 @@ class Change(NamedTuple):
     def migration_required(self) -> bool:
         return self.verdict_after is not None
 
+    def settings(self) -> Dict[str, Any]:
+        """The new configuration as the node's settings (``NodeConfig`` names)."""
+        config = self.config
+        return {"policy": config["cpuManagerPolicy"], "reserved_cpus": str(self.reserved) if self.reserved else None,
+                "num_reserved": len(self.reserved), "policy_options": dict(config.get("cpuManagerPolicyOptions") or {}),
+                "topology_manager_policy": str(config.get("topologyManagerPolicy") or "none"),
+                "topology_manager_scope": str(config.get("topologyManagerScope") or "container"),
+                "topology_manager_policy_options": dict(config.get("topologyManagerPolicyOptions") or {})}
+
     def to_dict(self, state_path: str) -> Dict[str, Any]:
         return {"config": self.config, "changed_keys": self.changed_keys, "config_changed": bool(self.changed_keys),
                 "reserved_cpus": str(self.reserved), "reserved_source": self.reserved_source,
@@ -275,6 +286,16 @@ def state_verdict(data: Optional[bytes], policy: str, topo: Topology, reserved: 
     except (StateError, PolicyError, OptionError) as exc:
         return str(exc)
     return None
+
+
+def rewrite_for(change: Change, topo: Topology, state: Optional[bytes], adopt: Optional[Adopter] = None) -> Rewrite:
+    """The checkpoint the kubelet accepts after ``change`` (no drain), with its moves (``rewrite``)."""
+    settings = change.settings()
+    policy = new_policy(settings["policy"], topo, settings["num_reserved"], change.reserved or None,
+                        settings["policy_options"])
+    admission = Admission(topo, settings["topology_manager_policy"], settings["topology_manager_scope"],
+                          settings["topology_manager_policy_options"])
+    return rewrite_checkpoint(state, policy, admission=admission, adopt=adopt)
 
 
 def _current_policy(current: Mapping[str, Any]) -> str:

@@ -18,18 +18,21 @@ from .runtime import DEFAULT_TIMEOUT
 from .topology_manager import POLICIES as TM_POLICIES
 from .topology_manager import SCOPES as TM_SCOPES
 
+RUNTIME_ARGS: Dict[str, Dict[str, Any]] = {  # doc fragment kubecpu.cpu_manager.cpu_manager.runtime
+    "runtime": {"type": "str", "choices": list(RUNTIMES), "default": "crictl"},
+    "runtime_endpoint": {"type": "str"},
+    "crictl_path": {"type": "path", "default": "crictl"},
+    "runtime_timeout": {"type": "float", "default": DEFAULT_TIMEOUT},
+    "cgroup_root": {"type": "path", "default": DEFAULT_CGROUP_ROOT},
+}
 STATE_ARGS: Dict[str, Dict[str, Any]] = {
     "state_path": {"type": "path", "default": DEFAULT_STATE_PATH},
     "policy": {"type": "str", "choices": list(POLICY_NAMES), "default": "static"},
     "reserved_cpus": {"type": "str"},
     "num_reserved": {"type": "int"},
     "policy_options": {"type": "dict", "default": {}},
-    "runtime": {"type": "str", "choices": list(RUNTIMES), "default": "crictl"},
-    "runtime_endpoint": {"type": "str"},
-    "crictl_path": {"type": "path", "default": "crictl"},
-    "runtime_timeout": {"type": "float", "default": DEFAULT_TIMEOUT},
+    **RUNTIME_ARGS,
     **TOPOLOGY_ARGS,
-    "cgroup_root": {"type": "path", "default": DEFAULT_CGROUP_ROOT},
     "kubelet_state_path": {"type": "path", "default": KUBELET_STATE_PATH},
     "force": {"type": "bool", "default": False},
     "isolated_cpus": {"type": "str", "choices": list(ISOLATED_MODES), "default": "ignore"},

@@ -20,10 +20,18 @@ description:
     C(topologyManagerPolicyOptions) and the C(featureGates) the options need differ; every other key keeps its
     value) and whether the kubelet would reject its C(cpu_manager_state) afterwards (policy name changed, CPU set
     changed, reserved CPUs now pinned, strict reservation toggled), with the kubelet's error text.
+  - With O(state_rewrite), it also computes the checkpoint the kubelet will accept after the change, so the node
+    needs no drain (RV(rewritten_state), RV(moves)). Every assignment still valid is kept as it is; one on CPUs
+    now reserved (or no longer online) moves to CPUs the new policy chooses for its size, with the new options
+    and Topology Manager; V(none) to V(static) adopts the running Guaranteed containers with integral requests
+    (read through the runtime, pods in creation order, as the kubelet admits them); V(static) to V(none) is the
+    file the kubelet writes for V(none), every pinned container back on all CPUs. When a pinned container would
+    not keep its CPU count, there is no RV(rewritten_state) and RV(rewrite.unfit) names the containers.
   - Only computes; the C(kubecpu.cpu_manager.kubelet_cpu_manager) role writes the file and migrates the state.
 author: kubecpu developers (@kubecpu)
 extends_documentation_fragment:
   - kubecpu.cpu_manager.cpu_manager.topology
+  - kubecpu.cpu_manager.cpu_manager.runtime
   - kubecpu.cpu_manager.cpu_manager.read_only
 options:
   config:
@@ -75,6 +83,13 @@ options:
     description: The kubelet's checkpoint file, read to decide whether the kubelet would reject it.
     type: path
     default: /var/lib/kubelet/cpu_manager_state
+  state_rewrite:
+    description:
+      - Also compute the checkpoint for the new configuration (RV(rewritten_state)) and the containers it moves
+        (RV(moves)), for a change without a drain. The runtime options are used only for V(none) to V(static),
+        to list the running containers to adopt.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -96,6 +111,21 @@ EXAMPLES = r"""
 - name: Say whether the kubelet would reject its cpu_manager_state
   ansible.builtin.debug:
     msg: "{{ kubelet_plan.migration.reason if kubelet_plan.migration.required else 'state file kept' }}"
+
+- name: Plan a larger reservation without a drain
+  kubecpu.cpu_manager.cpu_manager_kubelet_config:
+    config: "{{ kubelet_config_file.content | b64decode | from_yaml }}"
+    kubelet_version: "Kubernetes v1.33.2"
+    policy: static
+    reserved_cpus: "0-1,32-33"
+    state_rewrite: true
+  register: no_drain
+
+- name: Show what would move
+  ansible.builtin.debug:
+    msg: >-
+      {{ 'a drain is needed: ' ~ no_drain.rewrite.reason if no_drain.rewritten_state is none
+         else (no_drain.moves | length) ~ ' container(s) move, no drain' }}
 """
 
 RETURN = r"""
@@ -158,6 +188,56 @@ current:
     reserved_cpus:
       description: The CPUs the kubelet reserves today (null when the current configuration cannot be read).
       type: str
+rewritten_state:
+  description:
+    - With O(state_rewrite), the complete checkpoint the kubelet accepts under the new configuration (its C(policyName),
+      C(defaultCpuSet), C(entries) and a valid C(checksum)); the current file byte for byte when nothing has to
+      change; null when no rewrite is possible (RV(rewrite.reason) says why) or there is no file to rewrite.
+  returned: when O(state_rewrite)
+  type: str
+  sample: '{"policyName":"static","defaultCpuSet":"0-1,5-9,13-15","entries":{"pod-a":{"app":"3,11"}},"checksum":1}'
+moves:
+  description: With O(state_rewrite), the containers whose CPUs the rewrite changes.
+  returned: when O(state_rewrite)
+  type: list
+  elements: dict
+  contains:
+    pod_uid:
+      description: The pod's UID.
+      type: str
+    container:
+      description: The container's name.
+      type: str
+    cpus_before:
+      description: Its CPUs now (all CPUs for a container not pinned yet).
+      type: str
+    cpus_after:
+      description: Its CPUs after the rewrite.
+      type: str
+    reason:
+      description: Why it moves.
+      type: str
+rewrite:
+  description: With O(state_rewrite), the rest of the decision.
+  returned: when O(state_rewrite)
+  type: dict
+  contains:
+    possible:
+      description: A file the kubelet accepts exists for the new configuration (or none is needed).
+      type: bool
+    unchanged:
+      description: RV(rewritten_state) is the current file, byte for byte.
+      type: bool
+    unfit:
+      description: The containers that would not keep their CPU count (no rewrite then), with the reason.
+      type: list
+      elements: dict
+    reason:
+      description: Why there is no rewrite (empty otherwise).
+      type: str
+    policy_before:
+      description: The policy the current checkpoint names (null without a readable file).
+      type: str
 notes:
   description: Remarks (a reservation rounded up to whole cores, a kubelet newer than the known ones).
   returned: success
@@ -173,8 +253,10 @@ compile_once()  # before the core is imported: each of its modules compiled once
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.settings import num_reserved, reserved_cpus
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import StoreError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet_config import (
-    TOPOLOGY_POLICIES, TOPOLOGY_SCOPES, Desired, plan_change)
+    TOPOLOGY_POLICIES, TOPOLOGY_SCOPES, Desired, plan_change, rewrite_for)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import TOPOLOGY_ARGS, run_module
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_node import RUNTIME_ARGS, node_config
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import adopter
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.discovery import load_topology
 
 
@@ -197,9 +279,16 @@ def plan(module: AnsibleModule) -> dict:
         topology_manager_scope=params["topology_manager_scope"],
         topology_manager_policy_options=params["topology_manager_policy_options"])
     topo = load_topology(params["topology_path"], params["sysfs_root"])
-    change = plan_change(params["config"], desired, topo, params["kubelet_version"],
-                         state=read_state(params["state_path"]), state_path=params["state_path"])
-    return dict(changed=False, **change.to_dict(params["state_path"]))
+    state = read_state(params["state_path"])
+    change = plan_change(params["config"], desired, topo, params["kubelet_version"], state=state,
+                         state_path=params["state_path"])
+    result = dict(changed=False, **change.to_dict(params["state_path"]))
+    if params["state_rewrite"]:
+        settings = dict(params, **change.settings())
+        adopt = adopter(node_config(settings, read_only=True), topo) if settings["policy"] == "static" else None
+        rewrite = rewrite_for(change, topo, state, adopt).to_dict(state)
+        result.update(rewritten_state=rewrite.pop("rewritten_state"), moves=rewrite.pop("moves"), rewrite=rewrite)
+    return result
 
 
 def main() -> None:
@@ -216,7 +305,9 @@ def main() -> None:
             "topology_manager_scope": {"type": "str", "choices": list(TOPOLOGY_SCOPES)},
             "topology_manager_policy_options": {"type": "dict"},
             "state_path": {"type": "path", "default": "/var/lib/kubelet/cpu_manager_state"},
+            "state_rewrite": {"type": "bool", "default": False},
             **TOPOLOGY_ARGS,
+            **RUNTIME_ARGS,
         },
         supports_check_mode=True,
     )

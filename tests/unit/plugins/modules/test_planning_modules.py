@@ -8,10 +8,14 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.modules import cpu_manager_kubelet_config, cpu_manager_reservation
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import calls, make_node
+
+WEB_UID = "a06b0ffe-e387-47dc-90e2-339fa3fc242a"
 
 KUBEADM = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", "cgroupDriver": "systemd"}
 
@@ -83,3 +87,52 @@ def test_kubelet_config_refuses(root, tmp_path, capsys, args, message):
             "sysfs_root": root}
     result = run(cpu_manager_kubelet_config, dict(base, **args), capsys)
     assert result["rc"] == 1 and message in result["msg"]
+
+
+STATIC_NOW = dict(KUBEADM, cpuManagerPolicy="static", reservedSystemCPUs="0,4")
+
+
+def test_kubelet_config_rewrites_the_checkpoint_instead_of_a_drain(root, tmp_path, capsys):
+    state = tmp_path / "cpu_manager_state"
+    state.write_bytes(_static_file("0,4-7", {"pod-a": {"app": "1-2"}, "pod-b": {"db": "3"}}))
+    before = state.read_bytes()
+    args = {"config": STATIC_NOW, "kubelet_version": "1.35", "reserved_cpus": "0-1,4-5", "state_path": str(state),
+            "sysfs_root": root, "state_rewrite": True}
+    result = run(cpu_manager_kubelet_config, args, capsys, check_mode=True)
+    assert result["rc"] == 0 and result["migration"]["required"]  # the kubelet would refuse today's file
+    assert result["moves"] == [{"pod_uid": "pod-a", "container": "app", "cpus_before": "1-2", "cpus_after": "2,6",
+                                "reason": "holds reserved CPU(s) 1"}]
+    assert json.loads(result["rewritten_state"]) == {"policyName": "static", "defaultCpuSet": "0-1,4-5,7",
+                                                     "entries": {"pod-a": {"app": "2,6"}, "pod-b": {"db": "3"}},
+                                                     "checksum": json.loads(result["rewritten_state"])["checksum"]}
+    assert result["rewrite"] == {"possible": True, "unchanged": False, "unfit": [], "reason": "",
+                                 "policy_before": "static"}
+    assert state.read_bytes() == before  # only planned
+    unchanged = run(cpu_manager_kubelet_config, dict(args, reserved_cpus="0,4"), capsys)
+    assert unchanged["rewritten_state"] == before.decode() and unchanged["moves"] == []
+    assert unchanged["rewrite"]["unchanged"]
+    too_big = run(cpu_manager_kubelet_config, dict(args, reserved_cpus="0-3,4-5"), capsys)
+    assert too_big["rewritten_state"] is None and too_big["moves"] == []
+    assert [u["container"] for u in too_big["rewrite"]["unfit"]] == ["db"]  # app took the last two CPUs
+
+
+def test_kubelet_config_adopts_the_running_pods_on_none_to_static(tmp_path, capsys):
+    node = make_node(str(tmp_path / "node"))
+    state = tmp_path / "cpu_manager_state"
+    state.write_bytes(encode(CPUState("none")))
+    result = run(cpu_manager_kubelet_config, {
+        "config": KUBEADM, "kubelet_version": "1.35", "num_reserved": 1, "state_path": str(state),
+        "topology_path": node["topology"], "runtime": "crictl", "crictl_path": node["crictl"],
+        "cgroup_root": node["cgroup"], "state_rewrite": True}, capsys)
+    assert result["rc"] == 0, result
+    assert [(m["container"], m["cpus_before"], m["cpus_after"]) for m in result["moves"]] == [("main", "0-3", "1-2")]
+    assert json.loads(result["rewritten_state"])["entries"] == {WEB_UID: {"main": "1-2"}}
+    assert [argv for argv in calls(node["log"]) if "update" in argv] == []  # the runtime is only read
+
+
+def _static_file(default, entries):
+    state = CPUState("static", CPUSet.parse(default))
+    for pod, containers in entries.items():
+        for name, cpus in containers.items():
+            state.set(pod, name, CPUSet.parse(cpus))
+    return encode(state)
