@@ -15,6 +15,7 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from .agent import Agent, say
+from .checkpoint_file import CheckpointFile
 from .config import (NodeConfig)
 from .cli_args import build_parser, config_arguments
 from .cpuset import CPUSet
@@ -126,7 +127,8 @@ def _read_json(path: str, what: str, stdin: TextIO) -> Any:
 
 
 def _store(args: argparse.Namespace, policy_name: str) -> StateStore:
-    return StateStore(args.state, policy_name, read_only=args.read_only or None)
+    return StateStore(args.state, policy_name, read_only=args.read_only or None,
+                      kubelet_stopped=getattr(args, "kubelet_stopped", False))
 
 
 def _start(policy: Policy, state: CPUState, store: StateStore) -> None:
@@ -225,6 +227,18 @@ def cmd_nri(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -
 
 
 def cmd_state(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
+    if args.rebuild:
+        if args.reset:
+            raise UsageError("--rebuild and --reset exclude each other")
+        target = CheckpointFile(_node_config(args), kubelet_stopped=args.kubelet_stopped,
+                                topology=load_topology(args, stdin))
+        result = target.run("rebuild", apply=not args.check)
+        for problem in result["errors"]:
+            err.write("kubecpu: %s\n" % problem["error"])
+        if result["kept"]:
+            err.write("kubecpu: the previous file is kept as %s\n" % result["kept"])
+        _emit(out, result["state"])
+        return 0
     topo = load_topology(args, stdin) if _has_topology(args) else None
     policy = _policy_for(args, topo) if topo is not None else None
     store = _store(args, policy.name if policy else args.policy)

@@ -126,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     _state_args(p)
     p.add_argument("--reset", action="store_true",
                    help="explicit recovery: move the current file aside and start from a fresh state")
+    p.add_argument("--rebuild", action="store_true",
+                   help="rebuild the checkpoint from what runs (runtime and cgroupfs); the old file is kept aside")
+    p.add_argument("--kubelet-stopped", action="store_true",
+                   help="the kubelet is stopped: its own checkpoint may be rebuilt or reset")
+    p.add_argument("--check", action="store_true", help="with --rebuild, print the file it would write")
+    _runtime_args(p)
 
     p = sub.add_parser("reconcile", help="one reconcile pass against the container runtime (or --loop: the agent)")
     _state_args(p)

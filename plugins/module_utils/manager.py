@@ -22,6 +22,7 @@ from .errors import AllocationError, ContainerNotFoundError, SafetyError, StateE
 from .plan import Action, Plan
 from .pod import Pod
 from .pod_views import Pair, PodView, allocation_target, build_views, find_container
+from .rebuild import rebuild_state
 from .policy import STATIC, Allocation, Policy
 from .resize import BaselineFile, baselines_path, resize_running, sync_baselines
 from .runtime import CREATED, RUNNING, Runtime
@@ -213,6 +214,24 @@ class NodeManager:
         views = build_views(self.observe(simulated))
         self._allocate_running(simulated, state, views)
         return simulated
+
+    def push(self, state: CPUState, apply: bool = True) -> Plan:
+        """Every running container's cpuset to what ``state`` gives it (its exclusive CPUs, else the shared pool),
+        through the runtime: what the kubelet's reconcile does with its checkpoint, done at once after a rewrite.
+        Neither reads nor writes a state file."""
+        plan = Plan(state.copy())
+        pairs = self.observe(plan)
+        self.cgroup_targets.plan(plan, state, pairs)
+        plan.after = state
+        if apply:
+            self.cgroup_targets.apply(plan, self._runtime())
+        return plan
+
+    def rebuild(self) -> Plan:
+        """A checkpoint from what runs (``plan.after``; ``rebuild.rebuild_state``). Writes nothing."""
+        plan = Plan(CPUState(self.policy.name))
+        rebuild_state(self.policy, self.cgroups, self.observe(plan), plan)
+        return plan
 
     def allocate_container(self, container_id: Optional[str] = None, pod_uid: Optional[str] = None, *,
                            container: Optional[str] = None, cpus: Optional[int] = None,

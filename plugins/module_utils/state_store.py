@@ -35,10 +35,13 @@ class StateStore:
 
     def __init__(self, path: str = DEFAULT_PATH, policy_name: str = "static", read_only: Optional[bool] = None,
                  lock_timeout: float = LOCK_TIMEOUT,
-                 initial_containers: Optional[Mapping[str, Tuple[str, str]]] = None) -> None:
+                 initial_containers: Optional[Mapping[str, Tuple[str, str]]] = None, *,
+                 kubelet_stopped: bool = False) -> None:
+        """``kubelet_stopped``: the caller has stopped the kubelet, so its own checkpoint may be written (a rewrite,
+        a rebuild, a reset); otherwise that file is only ever read."""
         self.path = os.path.abspath(path)
         self.policy_name = policy_name
-        is_kubelets = os.path.realpath(self.path) == KUBELET_PATH
+        is_kubelets = os.path.realpath(self.path) == KUBELET_PATH and not kubelet_stopped
         self.read_only = is_kubelets if read_only is None else (read_only or is_kubelets)
         self.lock_timeout = lock_timeout
         self.initial_containers = initial_containers
@@ -156,20 +159,22 @@ class StateStore:
         with contextlib.suppress(FileNotFoundError):  # still there when .prev already was this generation
             os.unlink(link)
 
-    def reset(self) -> Optional[str]:
-        """Explicit recovery: move the current file aside (kept, never deleted); returns where it went."""
+    def reset(self, label: str = "reset", keep: bool = False) -> Optional[str]:
+        """Explicit recovery: move the current file aside to ``<file>.<label>-<UTC time>`` (kept, never deleted;
+        with ``keep`` a hard link, the file staying until it is replaced); returns where it went."""
         if self.read_only:
             raise StoreError("state file %s is read-only; reset the kubelet's checkpoint with the kubelet's "
-                             "documented procedure" % self.path)
+                             "documented procedure (or stop the kubelet first)" % self.path)
         if not os.path.exists(self.path):
             return None
-        aside = "%s.reset-%s" % (self.path, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        aside = "%s.%s-%s" % (self.path, label, stamp)
         counter = 1
         while os.path.exists(aside):
-            aside = "%s.reset-%s.%d" % (self.path, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), counter)
+            aside = "%s.%s-%s.%d" % (self.path, label, stamp, counter)
             counter += 1
         try:
-            os.rename(self.path, aside)
+            (os.link if keep else os.rename)(self.path, aside)
             fsync_directory(self.directory)
         except OSError as exc:
             raise StoreError("cannot move %s aside: %s" % (self.path, exc.strerror)) from None

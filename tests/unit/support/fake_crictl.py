@@ -178,8 +178,18 @@ def calls(log: str):
         return [json.loads(line) for line in handle]
 
 
-def cgroup_cpus(node: Dict[str, str], cid: str) -> str:
+def _cpuset_file(node: Dict[str, str], cid: str) -> str:
     with open(os.path.join(node["cgroup"], "..", "inspect", cid + ".json"), encoding="utf-8") as handle:
         path = json.load(handle)["info"]["runtimeSpec"]["linux"]["cgroupsPath"].lstrip("/")
-    with open(os.path.join(node["cgroup"], "cpuset", path, "cpuset.cpus"), encoding="utf-8") as handle:
+    return os.path.join(node["cgroup"], "cpuset", path, "cpuset.cpus")
+
+
+def cgroup_cpus(node: Dict[str, str], cid: str) -> str:
+    with open(_cpuset_file(node, cid), encoding="utf-8") as handle:
         return handle.read().strip()
+
+
+def set_cgroup_cpus(node: Dict[str, str], cid: str, cpus: str) -> None:
+    """A container's cpuset as if something had set it (a pinned container whose checkpoint was lost)."""
+    with open(_cpuset_file(node, cid), "w", encoding="utf-8") as handle:
+        handle.write(cpus + "\n")

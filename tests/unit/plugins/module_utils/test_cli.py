@@ -15,6 +15,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint imp
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
 
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import make_node, set_cgroup_cpus
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import ROOT, cases, fixture, fixture_as_document, ids
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_sysfs import build, machine
 
@@ -327,3 +328,21 @@ def test_the_launcher_runs_with_plain_python(topo_files):
     proc = subprocess.run([sys.executable, "-S", KUBECPU, "--version"], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "kubecpu 0.3.0"  # no site-packages at all
+
+
+def test_state_rebuild_from_the_runtime_keeps_the_lost_file(tmp_path):
+    crictl = make_node(str(tmp_path / "node"))
+    for key, cid in crictl.items():
+        if key.count("/") == 2 and not cid.startswith("/"):
+            set_cgroup_cpus(crictl, cid, "1-2" if key == "prod/web/main" else "0,3")
+    state = tmp_path / "cpu_manager_state"
+    state.write_text("truncated{")
+    argv = ["state", "--rebuild", "--state", str(state), "--topology", crictl["topology"], "--num-reserved", "1",
+            "--crictl", crictl["crictl"], "--cgroup-root", crictl["cgroup"]]
+    code, out, err = run(argv + ["--check"])
+    assert code == 0 and json.loads(out)["entries"] == {"a06b0ffe-e387-47dc-90e2-339fa3fc242a": {"main": "1-2"}}
+    assert state.read_text() == "truncated{" and "kept" not in err
+    code, out, err = run(argv)
+    assert code == 0 and "the previous file is kept as %s.rebuild-" % state in err
+    assert decode(state.read_bytes(), "static").state.to_dict() == json.loads(out)
+    assert run(argv + ["--reset"])[0] == 2

@@ -13,9 +13,11 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
-    cpu_manager_admission, cpu_manager_allocate, cpu_manager_info, cpu_manager_reconcile, cpu_topology_facts)
+    cpu_manager_admission, cpu_manager_allocate, cpu_manager_checkpoint, cpu_manager_info, cpu_manager_reconcile,
+    cpu_topology_facts)
 
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import calls, cgroup_cpus, make_node
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import (calls, cgroup_cpus, make_node,
+                                                                                   set_cgroup_cpus)
 
 WEB_UID = "a06b0ffe-e387-47dc-90e2-339fa3fc242a"
 
@@ -217,3 +219,24 @@ def test_allocate_checks_every_parameter_before_anything_is_opened(node, tmp_pat
     assert result["rc"] == 1 and text in result["msg"]
     assert result["error_type"] in ("ConfigError", "TopologyError")  # both configuration errors
     assert calls(node["log"]) == [] and sorted(os.listdir(tmp_path)) == ["node"]
+
+
+def test_checkpoint_rebuild_in_check_mode_then_for_real(node, tmp_path, capsys):
+    for key, cid in node.items():
+        if key.count("/") == 2 and not cid.startswith("/"):
+            set_cgroup_cpus(node, cid, "1-2" if key == "prod/web/main" else "0,3")
+    (tmp_path / "state").write_text("lost")
+    args = dict(common(node, tmp_path), action="rebuild")
+    planned = run(cpu_manager_checkpoint, args, capsys, check_mode=True)
+    assert planned["rc"] == 0 and planned["changed"] and planned["kept"] is None
+    assert json.loads(planned["written"])["entries"] == {WEB_UID: {"main": "1-2"}}
+    assert (tmp_path / "state").read_text() == "lost"
+    done = run(cpu_manager_checkpoint, args, capsys)
+    assert done["changed"] and (tmp_path / "state").read_text() == planned["written"]
+    assert open(done["kept"], encoding="utf-8").read() == "lost"
+    valid = run(cpu_manager_checkpoint, dict(common(node, tmp_path), action="validate"), capsys)
+    assert valid["valid"] and valid["state"]["entries"] == {WEB_UID: {"main": "1-2"}}
+    refused = run(cpu_manager_checkpoint, dict(common(node, tmp_path), action="write", content="{}"), capsys)
+    assert refused["rc"] == 1 and "could not restore state from checkpoint" in refused["msg"]
+    assert (tmp_path / "state").read_text() == planned["written"]
+
