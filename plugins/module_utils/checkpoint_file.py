@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 from .checkpoint import decode, encode
 from .config import NodeConfig
-from .errors import CheckpointError, ConfigError, RestoreFailure, StateError, StoreError
+from .errors import CheckpointError, ConfigError, RestoreFailure, RuntimeUnavailableError, StateError, StoreError
 from .node import build_manager, build_policy, load_topology
 from .plan import Plan
 from .state import CPUState
@@ -101,9 +101,15 @@ class CheckpointFile:
                 "state": None if state is None else state.to_dict()}
 
     def _push(self, state: CPUState, apply: bool) -> Dict[str, Any]:
+        """The updates; a runtime that cannot be reached is reported (``unreachable``), not an error: the file is
+        written, and the kubelet's reconcile applies it within its period."""
         if not state.default:  # the none policy's file (or a fresh one): every container on every CPU
             state = CPUState(state.policy_name, self.topology.all_cpus)
-        with build_manager(self.config, with_runtime=True, topology=self.topology, checks=False) as manager:
-            plan: Plan = manager.push(state, apply=apply)
+        try:
+            with build_manager(self.config, with_runtime=True, topology=self.topology, checks=False) as manager:
+                plan: Plan = manager.push(state, apply=apply)
+        except RuntimeUnavailableError as exc:
+            return {"actions": [], "errors": [{"error": str(exc), "kind": "runtime"}], "skipped": [],
+                    "unreachable": True}
         doc = plan.to_dict()
-        return {"actions": doc["actions"], "errors": doc["errors"], "skipped": doc["skipped"]}
+        return {"actions": doc["actions"], "errors": doc["errors"], "skipped": doc["skipped"], "unreachable": False}

@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, cast
 from .admission import Admission
 from .checkpoint import decode, empty_file, encode
 from .cpuset import CPUSet
-from .errors import AllocationError, RestoreFailure, StateError
+from .errors import AllocationError, ContainerRuntimeError, RestoreFailure, StateError
 from .plan import Plan
 from .pod import GUARANTEED, Container, Pod
 from .policy import NONE, STATIC, Policy, StaticPolicy
@@ -112,7 +112,11 @@ def _adopt(data: Optional[bytes], policy: Policy, adopt: Optional[Adopter]) -> R
     fresh = CPUState(STATIC)
     policy.start(fresh)
     shared = str(fresh.default)
-    plan = adopt(fresh)
+    try:
+        plan = adopt(fresh)
+    except ContainerRuntimeError as exc:
+        return Rewrite(None, [], [], "none -> static adopts the running Guaranteed containers, and the runtime "
+                       "cannot list them: %s" % exc, NONE if data is not None else None)
     unfit = [{"pod": str(e.get("pod", "")), "container": str(e.get("container", "")), "reason": str(e.get("error", ""))}
              for e in plan.errors]
     if unfit:

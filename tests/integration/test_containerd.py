@@ -395,3 +395,23 @@ def test_the_agent_follows_an_in_place_resize(lab, pods, tmp_path):
         agent.send_signal(signal.SIGTERM)
         _out, err = agent.communicate(timeout=30)
     assert "resize infeasible: container lab/resized/main asks for 2 CPUs and keeps 1" in err
+
+
+def test_a_lost_checkpoint_is_rebuilt_from_what_runs(lab, pods, tmp_path):
+    state = tmp_path / "state"
+    g = pods("rebuild-g", "Guaranteed", [{"name": "main", "cpu": 1000}])
+    pods("rebuild-b", "Burstable", [{"name": "app", "cpu": 100}])
+    kubecpu(lab, state)  # pins rebuild-g/main, shrinks the others to the shared pool
+    lost = json.loads(state.read_text())
+    assert lost["entries"] == {g["uid"]: {"main": "1"}}
+    state.write_text("lost in a crash")
+    argv = [KUBECPU, "state", "--rebuild", "--runtime", "cri", "--runtime-endpoint", lab.endpoint, "--state",
+            str(state), "--num-reserved", "1"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    rebuilt = json.loads(state.read_text())
+    assert (rebuilt["entries"], rebuilt["defaultCpuSet"]) == (lost["entries"], lost["defaultCpuSet"]) == (
+        json.loads(proc.stdout)["entries"], json.loads(proc.stdout)["defaultCpuSet"])
+    kept = [name for name in os.listdir(tmp_path) if name.startswith("state.rebuild-")]
+    assert len(kept) == 1 and (tmp_path / kept[0]).read_text() == "lost in a crash"
+    assert kubecpu(lab, state)["counts"]["allocate"] == 0  # the agent goes on from the rebuilt file

@@ -55,9 +55,14 @@ def test_plan_answers_per_node_and_changes_nothing(local_fleet, tmp_path):
     assert agent_node["pods_moving"] == []  # the agent's own pass already pinned prod/web main
     assert moved_node["state_rejected"] and "not all reserved cpus" in moved_node["state_reason"]
     assert [(m["pod"], m["container"], m["cpus_now"]) for m in moved_node["pods_moving"]] == [(POD_A, "app", "0,8")]
+    assert moved_node["path"] == "rewrite" and moved_node["pods_moving"][0]["cpus_after"] == "1,9"  # no drain
+    assert none_node["path"] == "drain" and "the runtime cannot list them" in none_node["rewrite_reason"]
+    assert static_node["path"] == "restart" and agent_node["path"] == "restart"
     summary = proc.stdout[proc.stdout.index("NODE "):]
-    assert re.search(r"node001-kubelet-static\s+kubelet\s+0,8\s+kept\s+0\s+nothing", summary)
-    assert "8 nodes: 6 would change, 4 state files rejected, 0 refused, 2 containers would lose or move CPUs" in summary
+    assert re.search(r"node001-kubelet-static\s+kubelet\s+0,8\s+kept\s+restart\s+0\s+nothing", summary)
+    assert re.search(r"node003-kubelet-moved\s+kubelet\s+\S+\s+REJECTED\s+rewrite\s+1\s", summary)
+    assert ("8 nodes: 6 would change, 4 state files rejected (2 rewritten without a drain, 2 drained), 0 refused, "
+            "2 containers would lose or move CPUs") in summary
     assert {p: open(p, "rb").read() for p in _state_files(local_fleet)} == before  # a dry run
 
 

@@ -9,6 +9,8 @@ Installed as /usr/local/lib/kubelet-standin.py behind a /usr/local/bin/kubelet w
   it log the kubelet's "could not restore state from checkpoint" error and exit 1, so systemd restarts it (the
   crash loop the role must never leave behind). While they agree it serves ``ok`` on 127.0.0.1:10248/healthz.
 - ``/etc/kubelet-standin/fail`` (test switch): exit 1 after logging that file's text, like a broken kubelet.
+- ``KUBELET_STANDIN_SYSFS`` (default ``/``): the sysfs tree it takes the machine's CPUs from (a 4-CPU fake tree for
+  the changes without a drain, whose containers live in a stand-in crictl).
 """
 
 import http.server
@@ -47,7 +49,8 @@ def main(argv):
     reserved = CPUSet.parse(str(config.get("reservedSystemCPUs") or ""))
     options = {k: str(v) for k, v in (config.get("cpuManagerPolicyOptions") or {}).items()}
     try:
-        policy = new_policy(policy_name, discover("/"), len(reserved), reserved or None, options)
+        machine = discover(os.environ.get("KUBELET_STANDIN_SYSFS", "/"))
+        policy = new_policy(policy_name, machine, len(reserved), reserved or None, options)
     except KubecpuError as exc:
         sys.stderr.write('"Failed to run kubelet" err="failed to run Kubelet: new static policy error: %s"\n' % exc)
         return 1

@@ -1,5 +1,7 @@
-"""The kubelet node after the podman scenario: migrated from policy none to static (the checkpoint backed up once,
-the kubelet healthy and not restarting), only the CPU manager keys changed in its configuration."""
+"""The kubelet node after the podman scenario: migrated from policy none to static with a drain, then (side effect)
+changed six times without a drain on a 4-CPU machine and drained once more on its own 2 CPUs; every checkpoint
+replaced kept beside it, the kubelet healthy and not restarting, only the CPU manager keys changed in its
+configuration."""
 
 import json
 import time
@@ -25,12 +27,14 @@ def test_kubelet_config_keys(host):
     assert set(config) - set(KUBEADM_KEYS) == {"cpuManagerPolicy", "reservedSystemCPUs", "cpuManagerReconcilePeriod"}
 
 
-def test_checkpoint_backed_up_once_and_replaced(host):
+def test_every_replaced_checkpoint_is_kept(host):
     backups = host.check_output("ls /var/lib/kubelet | grep -c '^cpu_manager_state\\..*\\.bak$'")
-    assert backups == "1"  # the none->static switch; the period changes kept the checkpoint
-    backup = host.check_output("ls /var/lib/kubelet/cpu_manager_state.*.bak")
-    assert json.loads(host.file(backup).content_string)["policyName"] == "none"
-    assert host.file(backup).mode == 0o600
+    assert backups == "8"  # converge's drain, six rewrites, the last drain; the period changes kept the checkpoint
+    first = host.check_output("ls /var/lib/kubelet/cpu_manager_state.*.bak | head -1")
+    assert json.loads(host.file(first).content_string)["policyName"] == "none"
+    assert host.file(first).mode == 0o600
+    written = host.check_output("ls /var/lib/kubelet | grep -c '^cpu_manager_state\\.write-'")
+    assert written == "6"  # cpu_manager_checkpoint keeps the file each rewrite replaced too
     state = json.loads(host.file("/var/lib/kubelet/cpu_manager_state").content_string)
     assert state["policyName"] == "static" and state["defaultCpuSet"] == "0-1"
 

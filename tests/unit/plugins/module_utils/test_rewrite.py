@@ -146,8 +146,12 @@ def test_no_rewrite_when_strict_reservation_would_leave_no_shared_cpu():
     assert result.data is None and "default cpuset cannot be empty" in result.reason
 
 
-def test_none_to_static_needs_the_runtime_and_an_unreadable_file_is_never_guessed():
+def test_none_to_static_needs_the_runtime_and_an_unreadable_file_is_never_guessed(tmp_path):
     assert "no runtime was given" in rewrite_checkpoint(empty_file("none"), static("0,8")).reason
+    manager, runtime = _node(tmp_path, "0,4")
+    runtime.down = True
+    down = rewrite_checkpoint(empty_file("none"), manager.policy, adopt=manager.adopt)
+    assert down.data is None and "the runtime cannot list them: container runtime unavailable" in down.reason
     broken = rewrite_checkpoint(b'{"policyName":"static","defaultCpuSet":"0-15","checksum":1}', static("0,8"))
     assert broken.data is None and "checkpoint is corrupted" in broken.reason and "--rebuild" in broken.reason
     fresh = rewrite_checkpoint(None, static("0,8"))
