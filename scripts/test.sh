@@ -78,6 +78,7 @@ python benchmarks/allocation.py --quick
 python benchmarks/state.py --quick
 python benchmarks/reconcile.py --quick
 python benchmarks/fleet.py --quick
+python benchmarks/defrag.py --quick
 
 UNIT_JUNIT="$dest/tests/output/junit" python - <<'PY'
 import glob

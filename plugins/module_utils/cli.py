@@ -15,6 +15,7 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from .agent import Agent, say
+from .checkpoint import encode
 from .checkpoint_file import CheckpointFile
 from .config import (NodeConfig)
 from .cli_args import build_parser, config_arguments
@@ -256,13 +257,29 @@ def cmd_state(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO)
     return 0
 
 
+def cmd_defrag(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
+    """Live on kubecpu's own state; on a read-only one (the kubelet's) the plan and the checkpoint to write."""
+    config = _node_config(args)
+    read_only = StateStore(config.state_path, args.policy, read_only=config.read_only or None).read_only
+    with build_manager(config, with_runtime=True, topology=load_topology(args, stdin),
+                       checks=not read_only) as manager:
+        plan = manager.defrag(apply=not (args.check or read_only), max_moves=args.max_moves)
+    doc = plan.to_dict()
+    if read_only and plan.actions:
+        doc["rewritten_state"] = encode(plan.after).decode("utf-8")
+        err.write("kubecpu: %s is read-only: write rewritten_state with the kubelet stopped "
+                  "(kubecpu.cpu_manager.cpu_manager_checkpoint action=write push=true)\n" % config.state_path)
+    _emit(out, doc)
+    return 1 if plan.errors else 0
+
+
 def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     return run_demo(args, load_topology(args, stdin), out)
 
 
 COMMANDS = {"topology": cmd_topology, "plan": cmd_plan, "hints": cmd_hints, "merge": cmd_merge,
             "allocate": cmd_allocate, "release": cmd_release,
-            "state": cmd_state, "nri": cmd_nri, "demo": cmd_demo, "reconcile": cmd_reconcile}
+            "state": cmd_state, "nri": cmd_nri, "demo": cmd_demo, "reconcile": cmd_reconcile, "defrag": cmd_defrag}
 
 
 def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr,

@@ -144,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="only report the plan: change nothing")
     _service_args(p, "pass", '"period": "1s"')
 
+    p = sub.add_parser("defrag", help="move pinned containers so that larger whole-core requests fit again")
+    _state_args(p)
+    _runtime_args(p)
+    p.add_argument("--check", action="store_true", help="only print the moves: change nothing")
+    p.add_argument("--max-moves", type=_count_arg, metavar="N", help="at most N moves (default: as many as help)")
+
     p = sub.add_parser("nri", help="run as an NRI plugin: containers get their CPUs before they are created")
     _state_args(p)
     _runtime_args(p)

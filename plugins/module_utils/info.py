@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from .cpuset import CPUSet
+from .defrag import headroom
 from .errors import ContainerRuntimeError
 from .manager import NodeManager
 from .plan import Plan
@@ -65,7 +66,8 @@ def _joined(manager: NodeManager, state: CPUState, use_runtime: bool) -> Dict[st
     info: Dict[str, Any] = {
         "policy": manager.policy.name, "state_file": manager.store.path, "state": state.to_dict(),
         "reserved_cpus": str(reserved), "shared_pool": str(shared), "exclusive_cpus": str(state.assigned()),
-        "free_whole_cores_per_numa": free_whole_cores(topo, free), "topology": topo.summary(),
+        "free_whole_cores_per_numa": free_whole_cores(topo, free), "headroom": headroom(topo, free),
+        "topology": topo.summary(),
         "runtime": None, "assignments": [], "containers": [], "drift": [], "warnings": []}
     by_key: Dict[Any, Dict[str, Any]] = {}
     for uid, name, cpus in state.assignments():

@@ -18,7 +18,8 @@ from .admission import Admission
 from .cgroups import CgroupFS
 from .config import ManagerOptions
 from .container_cache import ContainerCache
-from .errors import AllocationError, ContainerNotFoundError, SafetyError, StateError, StoreError
+from .defrag import plan_defrag
+from .errors import AllocationError, ContainerNotFoundError, PolicyError, SafetyError, StateError, StoreError
 from .plan import Action, Plan
 from .pod import Pod
 from .pod_views import Pair, PodView, allocation_target, build_views, find_container
@@ -225,6 +226,22 @@ class NodeManager:
         plan.after = state
         if apply:
             self.cgroup_targets.apply(plan, self._runtime())
+        return plan
+
+    def defrag(self, apply: bool = True, max_moves: Optional[int] = None) -> Plan:
+        """Moves that raise what the node can still admit (``defrag.plan_defrag``; ``plan.result``), made live under
+        the lock: the state first, then the cpusets through the runtime."""
+        if self.policy.name != STATIC:
+            raise PolicyError("defragmentation moves exclusive CPUs, and the %s policy has none" % self.policy.name)
+        with self._session(apply) as (state, plan, _pairs):
+            found = plan_defrag(self.topology, self.policy.options, state, self.policy.reserved,  # type: ignore
+                                max_moves)
+            state.entries, state.default = found.state.entries, found.state.default
+            for move in found.moves:
+                for name in move.containers:
+                    plan.actions.append(Action("move", "", "", move.pod_uid, name, str(move.cpus_after),
+                                               "defragmentation (was %s)" % move.cpus_before))
+            plan.result = found.to_dict()
         return plan
 
     def rebuild(self) -> Plan:

@@ -11,7 +11,7 @@ from .state import CPUState
 
 
 class Action(NamedTuple):
-    action: str  # allocate | resize | update | release | quota
+    action: str  # allocate | resize | update | release | quota | move
     container_id: str
     pod: str
     pod_uid: str

@@ -14,8 +14,8 @@ description:
     (O(policy), O(reserved_cpus) or O(num_reserved), O(policy_options)), and says whether the kubelet would
     start with it, and if not, the kubelet's message.
   - V(write) replaces it with O(content) (for example the C(rewritten_state) of
-    M(kubecpu.cpu_manager.cpu_manager_kubelet_config)), after checking that the kubelet would start with it: a file
-    it would refuse is never written.
+    M(kubecpu.cpu_manager.cpu_manager_kubelet_config)), after checking that the kubelet would start with it; a
+    file it would refuse is never written.
   - V(rebuild) reconstructs it from what runs, through the runtime and cgroupfs. Each running Guaranteed container
     with an integral request whose cpuset holds exactly that many CPUs, none reserved and none in another running
     container's cpuset, becomes an entry under its pod UID and container name; the shared pool is the rest.

@@ -85,6 +85,18 @@ free_whole_cores_per_numa:
   returned: always
   type: dict
   sample: {"0": 30, "1": 31}
+headroom:
+  description:
+    - What the node can still admit from its free CPUs (shared pool minus reserved), as
+      M(kubecpu.cpu_manager.cpu_manager_defrag) raises it.
+    - C(free_cpus), C(free_whole_cores), and the largest exclusive request in CPUs per alignment
+      C(largest_full_pcpus_only) (whole cores anywhere), C(largest_single_numa), C(largest_single_socket) and
+      C(largest_single_numa_whole_cores) (whole cores on one NUMA node).
+  returned: always
+  type: dict
+  version_added: 0.4.0
+  sample: {"free_cpus": 4, "free_whole_cores": 1, "largest_full_pcpus_only": 2, "largest_single_numa": 3,
+           "largest_single_socket": 3, "largest_single_numa_whole_cores": 2}
 assignments:
   description: Each exclusive assignment with C(pod_uid), C(container), C(cpus), C(numa_nodes), and from the
     runtime C(pod), C(container_id), C(running), C(cgroup_cpus), C(drift).

@@ -25,8 +25,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint imp
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
-    cpu_manager_admission, cpu_manager_allocate, cpu_manager_info, cpu_manager_kubelet_config, cpu_manager_reconcile,
-    cpu_manager_reservation, cpu_topology_facts)
+    cpu_manager_admission, cpu_manager_allocate, cpu_manager_checkpoint, cpu_manager_defrag, cpu_manager_info,
+    cpu_manager_kubelet_config, cpu_manager_reconcile, cpu_manager_reservation, cpu_topology_facts)
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import make_node
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import ROOT
@@ -120,7 +120,11 @@ MODULES = {
                                                           "policy_options", "whole_cores"]),
     "cpu_manager_kubelet_config": (cpu_manager_kubelet_config, ["config", "kubelet_version", "policy",
                                                                 "policy_options", "reserved_cpus", "num_reserved",
-                                                                "reconcile_period", "topology_manager_policy_options"]),
+                                                                "reconcile_period", "topology_manager_policy_options",
+                                                                "state_rewrite", "runtime_timeout"]),
+    "cpu_manager_checkpoint": (cpu_manager_checkpoint, ["action", "content", "push", "kubelet_stopped",
+                                                        "reserved_cpus", "policy", "policy_options"]),
+    "cpu_manager_defrag": (cpu_manager_defrag, ["max_moves", "reserved_cpus", "num_reserved", "policy_options"]),
     "cpu_topology_facts": (cpu_topology_facts, ["topology_path", "sysfs_root"]),
 }
 
@@ -141,6 +145,8 @@ def test_modules_answer_bad_input_with_a_clear_error(node, capsys, name, data):
                     num_reserved=1, kubelet_state_path=os.path.join(node["dir"], "none"))
     if name == "cpu_manager_kubelet_config":
         args.update(kubelet_version="1.33", num_reserved=1, state_path=node["state"])
+    if name == "cpu_manager_checkpoint":
+        args["action"] = data.draw(st.sampled_from(["validate", "write", "rebuild", "reset"]))
     for option in data.draw(st.lists(st.sampled_from(options), min_size=1, max_size=3, unique=True)):
         args[option] = data.draw(bad_value)
     before = snapshot(node["state"])

@@ -15,7 +15,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint imp
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
 
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import make_node, set_cgroup_cpus
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import (cgroup_cpus, make_node,
+                                                                                   set_cgroup_cpus)
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import ROOT, cases, fixture, fixture_as_document, ids
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_sysfs import build, machine
 
@@ -346,3 +347,37 @@ def test_state_rebuild_from_the_runtime_keeps_the_lost_file(tmp_path):
     assert code == 0 and "the previous file is kept as %s.rebuild-" % state in err
     assert decode(state.read_bytes(), "static").state.to_dict() == json.loads(out)
     assert run(argv + ["--reset"])[0] == 2
+
+
+def _split_node(tmp_path):
+    """The crictl stand-in on 8 single-thread CPUs in two NUMA nodes (0-3, 4-7), prod/web/main pinned across both."""
+    crictl = make_node(str(tmp_path / "node"), cpus="0-7")
+    topology = tmp_path / "two-numa.json"
+    topology.write_text(json.dumps({"format": "kubecpu.topology/v1", "source": "file", "cpus": [
+        {"cpu": c, "core": c, "socket": 0, "numa": c // 4, "uncore": 0} for c in range(8)]}))
+    state = tmp_path / "state"
+    state.write_bytes(encode(CPUState("static", CPUSet.parse("0-2,5-7"),
+                                      {"a06b0ffe-e387-47dc-90e2-339fa3fc242a": {"main": CPUSet.parse("3-4")}})))
+    common = ["--state", str(state), "--topology", str(topology), "--num-reserved", "1", "--crictl", crictl["crictl"],
+              "--cgroup-root", crictl["cgroup"], "--kubelet-state", str(tmp_path / "none")]
+    return crictl, state, common
+
+
+def test_defrag_moves_the_container_that_splits_two_numa_nodes(tmp_path):
+    crictl, state, common = _split_node(tmp_path)
+    before = state.read_bytes()
+    code, out, _err = run(["defrag", "--check"] + common)
+    plan = json.loads(out)
+    assert code == 0 and plan["moves"] == [{"pod_uid": "a06b0ffe-e387-47dc-90e2-339fa3fc242a",
+                                                      "containers": ["main"], "cpus_before": "3-4",
+                                                      "cpus_after": "1-2"}]
+    assert (plan["before"]["largest_single_numa_whole_cores"], plan["after"]["largest_single_numa_whole_cores"]) == (
+        3, 4)
+    assert state.read_bytes() == before
+    code, out, _err = run(["defrag"] + common)
+    assert code == 0 and decode(state.read_bytes(), "static").state.to_dict()["entries"] == {
+        "a06b0ffe-e387-47dc-90e2-339fa3fc242a": {"main": "1-2"}}
+    assert cgroup_cpus(crictl, crictl["prod/web/main"]) == "1-2"
+    assert cgroup_cpus(crictl, crictl["prod/api/app"]) == "0,3-7"
+    code, out, _err = run(["defrag"] + common)
+    assert code == 0 and json.loads(out)["moves"] == []  # optimal now

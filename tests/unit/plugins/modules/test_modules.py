@@ -1,4 +1,4 @@
-"""The four modules in-process (patch_module_args), on the crictl backend with the recorded crictl output:
+"""The node modules in-process (patch_module_args), on the crictl backend with the recorded crictl output:
 changed, check mode, diff, idempotency, results and clear failures.
 
 Node: 4 single-thread CPUs, one reserved (CPU 0); prod/web main is Guaranteed with 2 CPUs, the others share.
@@ -12,9 +12,12 @@ import os
 import pytest
 
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
-    cpu_manager_admission, cpu_manager_allocate, cpu_manager_checkpoint, cpu_manager_info, cpu_manager_reconcile,
-    cpu_topology_facts)
+    cpu_manager_admission, cpu_manager_allocate, cpu_manager_checkpoint, cpu_manager_defrag, cpu_manager_info,
+    cpu_manager_reconcile, cpu_topology_facts)
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import (calls, cgroup_cpus, make_node,
                                                                                    set_cgroup_cpus)
@@ -239,4 +242,24 @@ def test_checkpoint_rebuild_in_check_mode_then_for_real(node, tmp_path, capsys):
     refused = run(cpu_manager_checkpoint, dict(common(node, tmp_path), action="write", content="{}"), capsys)
     assert refused["rc"] == 1 and "could not restore state from checkpoint" in refused["msg"]
     assert (tmp_path / "state").read_text() == planned["written"]
+
+
+def test_defrag_check_mode_then_live_then_nothing_left(tmp_path, capsys):
+    node = make_node(str(tmp_path / "node"), cpus="0-7")
+    topology = tmp_path / "two-numa.json"
+    topology.write_text(json.dumps({"format": "kubecpu.topology/v1", "source": "file", "cpus": [
+        {"cpu": c, "core": c, "socket": 0, "numa": c // 4, "uncore": 0} for c in range(8)]}))
+    (tmp_path / "state").write_bytes(encode(CPUState("static", CPUSet.parse("0-2,5-7"),
+                                                     {WEB_UID: {"main": CPUSet.parse("3-4")}})))
+    args = dict(common(node, tmp_path), topology_path=str(topology))
+    planned = run(cpu_manager_defrag, args, capsys, check_mode=True, diff=True)
+    assert planned["rc"] == 0 and planned["changed"] and planned["rewritten_state"] is None  # would change
+    assert [(m["containers"], m["cpus_after"]) for m in planned["moves"]] == [(["main"], "1-2")]
+    assert planned["diff"]["after"]["entries"] == {WEB_UID: {"main": "1-2"}}
+    assert cgroup_cpus(node, node["prod/web/main"]) != "1-2"
+    done = run(cpu_manager_defrag, args, capsys)
+    assert done["changed"] and cgroup_cpus(node, node["prod/web/main"]) == "1-2"
+    assert done["after"]["largest_single_numa_whole_cores"] == 4
+    again = run(cpu_manager_defrag, args, capsys)
+    assert not again["changed"] and again["moves"] == []
 

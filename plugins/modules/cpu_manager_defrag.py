@@ -1,0 +1,118 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, kubecpu developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later (the Ansible glue; the core in module_utils is Apache-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: cpu_manager_defrag
+short_description: Move pinned containers so that larger whole-core requests fit again
+version_added: 0.4.0
+description:
+  - Exclusive allocations fragment a node; free CPUs end up scattered over half-used cores and NUMA nodes, so a pod
+    asking for a whole NUMA node or whole cores is refused although enough CPUs are free.
+  - Finds container moves (each keeps its number of CPUs) that raise, in this order, the largest single-NUMA
+    whole-core request the node would admit and then its free whole cores, and makes them live on kubecpu's own
+    state (an agent node), through the runtime, the state first, under the lock. A node already optimal gets no
+    move.
+  - The search is greedy (each step the one move that helps most; a container moves at most once), so it does not
+    find an improvement that only two simultaneous moves reach.
+  - On the kubelet's own checkpoint (read-only) it only plans and returns RV(rewritten_state), the checkpoint after
+    the moves, to write with M(kubecpu.cpu_manager.cpu_manager_checkpoint) (action V(write) with push) while the
+    kubelet is stopped.
+author: kubecpu developers (@kubecpu)
+extends_documentation_fragment:
+  - kubecpu.cpu_manager.cpu_manager
+attributes:
+  check_mode:
+    support: full
+    description: Returns the moves; nothing is written or pushed.
+  diff_mode:
+    support: full
+    description: Shows the state before and after the moves.
+  idempotent:
+    support: full
+    description: A second run finds no move that helps and changes nothing.
+options:
+  max_moves:
+    description: At most this many moves (omitted, as many as help).
+    type: int
+"""
+
+EXAMPLES = r"""
+- name: What would moving pinned containers free?
+  kubecpu.cpu_manager.cpu_manager_defrag:
+    num_reserved: 2
+    runtime: cri
+  check_mode: true
+  register: defrag
+
+- name: Show it
+  ansible.builtin.debug:
+    msg: >-
+      {{ defrag.moves | length }} move(s): largest whole-core request on one NUMA node
+      {{ defrag.before.largest_single_numa_whole_cores }} -> {{ defrag.after.largest_single_numa_whole_cores }} CPUs
+"""
+
+RETURN = r"""
+moves:
+  description: The moves, each with C(pod_uid), C(containers) (a pod's containers that share CPUs move together),
+    C(cpus_before) and C(cpus_after).
+  returned: success
+  type: list
+  elements: dict
+before:
+  description: What the node could admit before the moves (the C(headroom) of M(kubecpu.cpu_manager.cpu_manager_info)).
+  returned: success
+  type: dict
+after:
+  description: What it can admit after them.
+  returned: success
+  type: dict
+actions:
+  description: The runtime updates made (or, in check mode, planned), as M(kubecpu.cpu_manager.cpu_manager_reconcile)
+    returns them.
+  returned: success
+  type: list
+  elements: dict
+rewritten_state:
+  description: For the kubelet's own checkpoint, the checkpoint after the moves (null when there is none to make).
+  returned: success
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import import compile_once
+
+compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
+
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import run_module
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_node import STATE_ARGS, node_config
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
+
+
+def defrag(module: AnsibleModule) -> dict:
+    config = node_config(module.params)
+    with build_manager(config, with_runtime=True, checks=not config.read_only) as manager:
+        read_only = manager.store.read_only
+        plan = manager.defrag(apply=not (module.check_mode or read_only), max_moves=module.params["max_moves"])
+    doc = plan.to_dict()
+    moved = plan.result or {}
+    result = {"changed": bool(moved.get("moves")) and not read_only, "moves": moved.get("moves", []),
+              "before": moved.get("before", {}), "after": moved.get("after", {}),
+              "actions": doc["actions"], "errors": doc["errors"],
+              "rewritten_state": encode(plan.after).decode("utf-8") if read_only and moved.get("moves") else None}
+    if module._diff:
+        result["diff"] = {"before": doc["state_before"], "after": doc["state_after"]}
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=dict(STATE_ARGS, max_moves={"type": "int"}), supports_check_mode=True)
+    run_module(module, defrag)
+
+
+if __name__ == "__main__":
+    main()
