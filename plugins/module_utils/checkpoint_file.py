@@ -89,6 +89,8 @@ class CheckpointFile:
 
     def _replace(self, action: str, state: Optional[CPUState], apply: bool) -> Dict[str, Any]:
         data = None if state is None else encode(state)
+        if data is not None:
+            self.validated(data)  # what the kubelet would refuse is never written (a rebuild included)
         current = self.store.read_bytes()
         changed = current != data if data is not None else current is not None
         kept = None

@@ -104,6 +104,10 @@ def test_report_page_in_a_real_browser(local_fleet, tmp_path):
         free = page.eval_on_selector_all('.node[data-node="node001-kubelet-static"] .fragmentation tr[data-numa]',
                                          "rows => rows.map(r => r.innerText.replace(/\\s+/g, ' '))")
         assert free == ["0 3", "1 0"]
+        room = page.eval_on_selector_all('.node[data-node="node001-kubelet-static"] .headroom tr[data-headroom]',
+                                         "rows => rows.map(r => r.dataset.headroom + ' ' + r.cells[1].innerText)")
+        assert room == ["largest_full_pcpus_only 6", "largest_single_numa 6", "largest_single_socket 6",
+                        "largest_single_numa_whole_cores 6", "free_whole_cores 3"]
         page.fill("#filter", "prod/web")
         visible = page.eval_on_selector_all(".node:not(.hidden)", "els => els.map(e => e.dataset.node)")
         assert visible == ["node002-agent", "node006-agent"]
