@@ -176,6 +176,8 @@ class StaticPolicy:
             for cpus in containers.values():
                 accounted.update(cpus.as_frozenset())
                 counted += len(cpus)
+        if state.pod_level:  # kubelet 1.36+ with PodLevelResourceManagers: pod-level sets count too
+            accounted.update(state.pod_assigned().as_frozenset())
         if counted != len(accounted):  # something overlaps: name the first assignment that overlaps the pool
             for pod, container, cpus in state.assignments():
                 if not default.isdisjoint(cpus.as_frozenset()):
