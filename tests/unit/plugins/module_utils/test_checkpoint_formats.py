@@ -68,7 +68,7 @@ def _derived(pod_entry=False):
 def test_what_each_version_writes():
     assert write(_derived(), V137).decode() == DERIVED_V4 == write(_derived(), V138).decode()
     v2 = write(_derived(), V135)
-    assert v2 == write(_derived(), V136) == DERIVED_V4.split(',"data"')[0].encode() + b"}"  # the V4's legacy part
+    assert v2 == write(_derived(), V136) == DERIVED_V4.split(',"data"', maxsplit=1)[0].encode() + b"}"  # the V4's legacy part
     v3 = json.loads(write(_derived(True), V136_ON))
     assert v3["podEntries"] == {"0b1c2d3e-pod-uid": {"cpuSet": "2-3"}} and v3["checksum"] == 3864719446
     assert list(v3) == ["policyName", "defaultCpuSet", "entries", "podEntries", "checksum"]
