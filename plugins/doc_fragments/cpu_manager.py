@@ -53,6 +53,20 @@ options:
     type: str
     choices: [static, none]
     default: static
+  kubelet_version:
+    description:
+      - The kubelet whose checkpoint format and rules apply to O(state_path), V(1.35) (the default, and kubecpu's own
+        state), V(1.36), V(1.37) or V(1.38); a patch version (V(1.37.2)) is its minor. 1.35 reads and writes V2; 1.36
+        writes V3 with the gate C(PodLevelResourceManagers), else V2; 1.37 and 1.38 write V4. Pod-level assignments
+        and resize baselines in the file are kept through every change. Other versions are refused.
+    type: str
+    version_added: 0.4.0
+  feature_gates:
+    description:
+      - The kubelet's feature gates that change its checkpoint (C(PodLevelResourceManagers),
+        C(InPlacePodVerticalScalingExclusiveCPUs)), names to true or false.
+    type: dict
+    version_added: 0.4.0
   reserved_cpus:
     description:
       - Reserved CPUs as a Linux CPU list (C(0,64)); they never become exclusive and stay in the shared pool

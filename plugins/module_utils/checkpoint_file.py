@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from .checkpoint import decode, encode
+from .checkpoint_formats import read, write
 from .config import NodeConfig
 from .errors import CheckpointError, ConfigError, RestoreFailure, RuntimeUnavailableError, StateError, StoreError
 from .node import build_manager, build_policy, load_topology
@@ -35,13 +35,13 @@ class CheckpointFile:
         self.policy = build_policy(self.topology, config.policy, config.reserved_cpus, config.num_reserved,
                                    config.policy_options)
         self.store = StateStore(config.state_path, self.policy.name, read_only=config.read_only or None,
-                                kubelet_stopped=kubelet_stopped)
+                                kubelet_stopped=kubelet_stopped, kubelet=config.kubelet)
 
     def validated(self, data: bytes) -> CPUState:
         """The state of ``data`` if the kubelet would start with it; else CheckpointError or StateError with the
         kubelet's text."""
         try:
-            state = decode(data, self.policy.name).state
+            state = read(data, self.policy.name, self.store.kubelet).state
         except RestoreFailure as exc:
             raise CheckpointError(self.store.path, str(exc)) from None
         try:
@@ -88,7 +88,7 @@ class CheckpointFile:
         return result
 
     def _replace(self, action: str, state: Optional[CPUState], apply: bool) -> Dict[str, Any]:
-        data = None if state is None else encode(state)
+        data = None if state is None else write(state, self.store.kubelet)
         if data is not None:
             self.validated(data)  # what the kubelet would refuse is never written (a rebuild included)
         current = self.store.read_bytes()

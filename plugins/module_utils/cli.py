@@ -129,7 +129,18 @@ def _read_json(path: str, what: str, stdin: TextIO) -> Any:
 
 def _store(args: argparse.Namespace, policy_name: str) -> StateStore:
     return StateStore(args.state, policy_name, read_only=args.read_only or None,
-                      kubelet_stopped=getattr(args, "kubelet_stopped", False))
+                      kubelet_stopped=getattr(args, "kubelet_stopped", False), kubelet=_node_config(args).kubelet)
+
+
+def _gates(flags: Sequence[str]) -> Dict[str, str]:
+    """``--feature-gate NAME=BOOL`` flags (their values are the configuration's to check)."""
+    gates = {}
+    for flag in flags:
+        name, sep, value = flag.partition("=")
+        if not sep:
+            raise UsageError('--feature-gate %s: expected NAME=true or NAME=false' % flag)
+        gates[name] = value
+    return gates
 
 
 def _start(policy: Policy, state: CPUState, store: StateStore) -> None:
@@ -175,6 +186,7 @@ def _node_config(args: argparse.Namespace) -> NodeConfig:
     values = {_SETTING_NAMES.get(name, name): value for name, value in vars(args).items()}
     values["policy_options"] = parse_option_args(getattr(args, "option", []))
     values["topology_manager_policy_options"] = parse_option_args(getattr(args, "topology_manager_option", []))
+    values["feature_gates"] = _gates(getattr(args, "feature_gate", []))
     return NodeConfig.from_mapping(values)
 
 

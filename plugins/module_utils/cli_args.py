@@ -70,6 +70,11 @@ def _state_args(parser: argparse.ArgumentParser) -> None:
                         help="explicit reserved CPUs (alone, implies --num-reserved)")
     parser.add_argument("--read-only", action="store_true",
                         help="never write the state file (implied for the kubelet's own checkpoint)")
+    parser.add_argument("--kubelet-version", metavar="X.Y",
+                        help="the kubelet whose checkpoint format and rules apply: 1.35 (default), 1.36, 1.37, 1.38")
+    parser.add_argument("--feature-gate", action="append", default=[], metavar="NAME=BOOL",
+                        help="a kubelet feature gate (PodLevelResourceManagers, "
+                             "InPlacePodVerticalScalingExclusiveCPUs); repeatable")
 
 
 def build_parser() -> argparse.ArgumentParser:

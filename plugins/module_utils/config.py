@@ -15,6 +15,7 @@ from .cpuset import CPUSet
 from .errors import ConfigError
 from .policy import POLICY_NAMES, STATIC
 from .runtime import DEFAULT_TIMEOUT
+from .kubelet_versions import KubeletVersion, kubelet_version
 from .settings import choice, num_reserved, option_map, reserved_cpus
 from .state_store import DEFAULT_PATH, KUBELET_PATH
 from .topology_manager import POLICIES as TM_POLICIES
@@ -74,6 +75,8 @@ class _NodeConfig(NamedTuple):
     force: bool = False
     options: ManagerOptions = ManagerOptions()
     cache_path: Optional[str] = None  # None: <state>.containers.json
+    kubelet_version: Optional[str] = None  # whose checkpoint format and rules; None: 1.35
+    feature_gates: Optional[Mapping[str, Any]] = None
 
 
 class NodeConfig(_NodeConfig):
@@ -90,9 +93,16 @@ class NodeConfig(_NodeConfig):
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
             raise ConfigError("runtime_timeout must be more than 0 and at most %d seconds, got %r"
                               % (MAX_TIMEOUT, timeout))
+        kubelet = kubelet_version(self.kubelet_version, self.feature_gates)
         normal = self._replace(reserved_cpus=reserved_cpus(self.reserved_cpus),
-                               policy_options=option_map(self.policy_options, "policy_options"))
+                               policy_options=option_map(self.policy_options, "policy_options"),
+                               kubelet_version=kubelet.name, feature_gates=dict(kubelet.gates))
         return tuple.__new__(cls, normal)
+
+    @property
+    def kubelet(self) -> KubeletVersion:
+        """The kubelet whose checkpoint format and rules apply."""
+        return kubelet_version(self.kubelet_version, self.feature_gates)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], **overrides: Any) -> NodeConfig:

@@ -54,7 +54,9 @@ def cpu_map(topo: Topology, reserved: CPUSet, assignments: List[Dict[str, Any]])
 def node_info(manager: NodeManager, state: CPUState, use_runtime: bool = True) -> Dict[str, Any]:
     """The state joined with the runtime and cgroupfs, and the per-CPU map."""
     info = _joined(manager, state, use_runtime)
-    info["cpus"] = cpu_map(manager.topology, manager.policy.reserved, info["assignments"])
+    pod_level = [{"pod": None, "pod_uid": uid, "container": "(pod-level)", "cpus": str(cpus)}
+                 for uid, cpus in sorted(state.pod_entries.items())]
+    info["cpus"] = cpu_map(manager.topology, manager.policy.reserved, pod_level + info["assignments"])
     return info
 
 
@@ -65,7 +67,9 @@ def _joined(manager: NodeManager, state: CPUState, use_runtime: bool) -> Dict[st
     free = shared.difference(reserved)
     info: Dict[str, Any] = {
         "policy": manager.policy.name, "state_file": manager.store.path, "state": state.to_dict(),
-        "reserved_cpus": str(reserved), "shared_pool": str(shared), "exclusive_cpus": str(state.assigned()),
+        "reserved_cpus": str(reserved), "shared_pool": str(shared),
+        "exclusive_cpus": str(state.assigned().union(state.pod_assigned())),
+        "pod_entries": [{"pod_uid": uid, "cpus": str(cpus)} for uid, cpus in sorted(state.pod_entries.items())],
         "free_whole_cores_per_numa": free_whole_cores(topo, free), "headroom": headroom(topo, free),
         "topology": topo.summary(),
         "runtime": None, "assignments": [], "containers": [], "drift": [], "warnings": []}

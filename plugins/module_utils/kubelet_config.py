@@ -16,10 +16,11 @@ from fractions import Fraction
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from .admission import Admission
-from .checkpoint import decode
+from .checkpoint_formats import read
 from .cpuset import CPUSet
 from .errors import (ConfigError, CPUSetError, KubecpuError, OptionError, PolicyError, QuantityError, RestoreFailure,
                      StateError)
+from .kubelet_versions import DEFAULT, KubeletVersion, clamped
 from .options import (ALIGN_BY_SOCKET, DISTRIBUTE_CPUS_ACROSS_CORES, DISTRIBUTE_CPUS_ACROSS_NUMA, FULL_PCPUS_ONLY,
                       PREFER_ALIGN_CPUS_BY_UNCORECACHE, STRICT_CPU_RESERVATION, PolicyOptions, go_map_repr,
                       option_strings,
@@ -204,6 +205,7 @@ class Change(NamedTuple):
     notes: List[str]
     current_policy: str
     current_reserved: Optional[CPUSet]
+    kubelet: KubeletVersion = DEFAULT  # whose checkpoint rules: the version, clamped to 1.35-1.38
 
     @property
     def migration_required(self) -> bool:
@@ -225,6 +227,8 @@ class Change(NamedTuple):
                 "migration": {"required": self.migration_required, "reason": self.verdict_after,
                               "state_path": state_path, "rejected_now": self.verdict_before is not None},
                 "notes": self.notes,
+                "checkpoint": {"kubelet": self.kubelet.name, "format": self.kubelet.writes,
+                               "feature_gates": dict(self.kubelet.gates)},
                 "current": {"policy": self.current_policy,
                             "reserved_cpus": None if self.current_reserved is None else str(self.current_reserved)}}
 
@@ -271,13 +275,14 @@ def _reserved(topo: Topology, desired: Desired, current: Mapping[str, Any],
 
 
 def state_verdict(data: Optional[bytes], policy: str, topo: Topology, reserved: CPUSet, *,
-                  options: Mapping[str, str], state_path: str) -> Optional[str]:
+                  options: Mapping[str, str], state_path: str,
+                  kubelet: KubeletVersion = DEFAULT) -> Optional[str]:
     """None when the kubelet would accept its checkpoint with this configuration (or there is none), else the
     kubelet's "could not restore state from checkpoint" message."""
     if data is None:
         return None
     try:
-        restored = decode(data, policy)
+        restored = read(data, policy, kubelet)
         built = new_policy(policy, topo, len(reserved), reserved or None, options)
         built.start(restored.state)
     except RestoreFailure as exc:
@@ -295,7 +300,7 @@ def rewrite_for(change: Change, topo: Topology, state: Optional[bytes], adopt: O
                         settings["policy_options"])
     admission = Admission(topo, settings["topology_manager_policy"], settings["topology_manager_scope"],
                           settings["topology_manager_policy_options"])
-    return rewrite_checkpoint(state, policy, admission=admission, adopt=adopt)
+    return rewrite_checkpoint(state, policy, admission=admission, adopt=adopt, kubelet=change.kubelet)
 
 
 def _current_policy(current: Mapping[str, Any]) -> str:
@@ -385,13 +390,31 @@ def plan_change(current: Mapping[str, Any], desired: Desired, topo: Topology, ve
         gates.update(needed)
         new["featureGates"] = gates
     changed = [key for key in sorted(set(new) | set(current)) if new.get(key) != current.get(key)]
-    before, reserved_now = _verdict_now(current, topo, state, state_path)
-    after = state_verdict(state, desired.policy, topo, reserved, options=options, state_path=state_path)
-    return Change(new, changed, reserved, source, needed, before, after, notes, _current_policy(current), reserved_now)
+    kubelet = clamped(minor, {k: v for k, v in (new.get("featureGates") or {}).items() if isinstance(v, bool)})
+    before, reserved_now = _verdict_now(current, topo, state, state_path, kubelet)
+    after = state_verdict(state, desired.policy, topo, reserved, options=options, state_path=state_path,
+                          kubelet=kubelet)
+    notes.extend(_format_notes(state, desired.policy, kubelet))
+    return Change(new, changed, reserved, source, needed, before, after, notes, _current_policy(current), reserved_now,
+                  kubelet)
+
+
+def _format_notes(state: Optional[bytes], policy: str, kubelet: KubeletVersion) -> List[str]:
+    """What this kubelet loses of a checkpoint a newer one wrote (1.36 reads only a V4 file's V2 part)."""
+    if state is None or kubelet.minor >= 37:
+        return []
+    try:
+        newest = read(state, policy, clamped(37)).state
+    except RestoreFailure:
+        return []
+    if newest.pod_entries and not kubelet.pod_level:
+        return ["kubelet %s reads only the V2 part of this checkpoint: its pod-level assignments (podEntries of "
+                "%s) are dropped" % (kubelet.name, ", ".join(sorted(newest.pod_entries)))]
+    return []
 
 
 def _verdict_now(current: Mapping[str, Any], topo: Topology, state: Optional[bytes],
-                 state_path: str) -> Tuple[Optional[str], Optional[CPUSet]]:
+                 state_path: str, kubelet: KubeletVersion) -> Tuple[Optional[str], Optional[CPUSet]]:
     """Would the kubelet accept its checkpoint with the configuration as it is now (None when it would or when
     that cannot be told), and the reserved CPUs it uses now."""
     policy = _current_policy(current)
@@ -400,7 +423,8 @@ def _verdict_now(current: Mapping[str, Any], topo: Topology, state: Optional[byt
         reserved = _reserved(topo, Desired(policy=policy), current, parse_options(options))[0]
     except KubecpuError:
         return None, None
-    return state_verdict(state, policy, topo, reserved, options=options, state_path=state_path), reserved
+    return state_verdict(state, policy, topo, reserved, options=options, state_path=state_path,
+                         kubelet=kubelet), reserved
 
 
 def _set_map(config: Dict[str, Any], key: str, value: Dict[str, str]) -> None:

@@ -26,6 +26,8 @@ _VERSION = re.compile(r"(?:Kubernetes\s+)?v?1\.(\d+)(?:\.\d+)?(?:[-+][0-9A-Za-z.
 
 
 class KubeletVersion(NamedTuple):
+    """A kubelet minor version and its feature gates (name, value) pairs, sorted."""
+
     minor: int = DEFAULT_MINOR
     gates: Tuple[Tuple[str, bool], ...] = ()
 
@@ -47,6 +49,9 @@ class KubeletVersion(NamedTuple):
         if self.minor >= 37:
             return "v4"
         return "v3" if self.minor == 36 and self.gate(POD_LEVEL) else "v2"
+
+
+DEFAULT = KubeletVersion()  # 1.35, no gates: the agent's own state
 
 
 def feature_gates(value: Optional[Mapping[str, Any]], what: str = "feature_gates") -> Tuple[Tuple[str, bool], ...]:

@@ -16,6 +16,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .admission import Admission
 from .cgroups import CgroupFS
+from .cpuset import CPUSet
 from .config import ManagerOptions
 from .container_cache import ContainerCache
 from .defrag import plan_defrag
@@ -205,6 +206,8 @@ class NodeManager:
         kubelet re-admits them after its checkpoint is removed). Reads the runtime; changes nothing."""
         fresh = CPUState(self.policy.name)
         self.policy.start(fresh)
+        pods = (self.store.load() or fresh).pod_entries  # pod-level exclusive CPUs (kubelet 1.36+) stay taken
+        fresh.pod_entries, fresh.default = pods, fresh.default.difference(CPUSet().union(*pods.values()))
         simulated = self.adopt(fresh)
         return self.topology_admission.report(simulated, simulated.skipped)
 

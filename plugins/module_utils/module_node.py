@@ -31,6 +31,8 @@ STATE_ARGS: Dict[str, Dict[str, Any]] = {
     "reserved_cpus": {"type": "str"},
     "num_reserved": {"type": "int"},
     "policy_options": {"type": "dict", "default": {}},
+    "kubelet_version": {"type": "str"},
+    "feature_gates": {"type": "dict"},
     **RUNTIME_ARGS,
     **TOPOLOGY_ARGS,
     "kubelet_state_path": {"type": "path", "default": KUBELET_STATE_PATH},

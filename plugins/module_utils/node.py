@@ -106,7 +106,7 @@ def build_manager(config: NodeConfig, with_runtime: bool = False, topology: Opti
     """The manager. One that acts through a runtime first checks that it may (``checks``)."""
     topo = topology or load_topology(config)
     policy = build_policy(topo, config.policy, config.reserved_cpus, config.num_reserved, config.policy_options)
-    store = StateStore(config.state_path, policy.name, read_only=config.read_only or None)
+    store = StateStore(config.state_path, policy.name, read_only=config.read_only or None, kubelet=config.kubelet)
     cache = ContainerCache(config.cache_path or store.path + ".containers.json", read_only=store.read_only)
     if with_runtime and checks:
         check_kubelet_policy(config.kubelet_state_path, config.force)

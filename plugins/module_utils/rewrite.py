@@ -23,9 +23,10 @@ from fractions import Fraction
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, cast
 
 from .admission import Admission
-from .checkpoint import decode, empty_file, encode
+from .checkpoint_formats import read, write
 from .cpuset import CPUSet
 from .errors import AllocationError, ContainerRuntimeError, RestoreFailure, StateError
+from .kubelet_versions import DEFAULT, KubeletVersion
 from .plan import Plan
 from .pod import GUARANTEED, Container, Pod
 from .policy import NONE, STATIC, Policy, StaticPolicy
@@ -65,12 +66,12 @@ class Rewrite(NamedTuple):
                 "policy_before": self.policy_before}
 
 
-def stored_policy(data: bytes) -> Tuple[Optional[str], Optional[CPUState], str]:
+def stored_policy(data: bytes, kubelet: KubeletVersion) -> Tuple[Optional[str], Optional[CPUState], str]:
     """The checkpoint's policy and state as the kubelet reads them, or why it cannot be read."""
     failure = ""
     for name in (STATIC, NONE):
         try:
-            return name, decode(data, name).state, ""
+            return name, read(data, name, kubelet).state, ""
         except RestoreFailure as exc:
             failure = failure or str(exc)
             if "differs from state checkpoint policy" not in str(exc):
@@ -79,33 +80,34 @@ def stored_policy(data: bytes) -> Tuple[Optional[str], Optional[CPUState], str]:
 
 
 def rewrite_checkpoint(data: Optional[bytes], policy: Policy, *, admission: Optional[Admission] = None,
-                       adopt: Optional[Adopter] = None) -> Rewrite:
-    """The checkpoint for ``policy`` (the new configuration's, already built) from ``data`` (None: no file)."""
+                       adopt: Optional[Adopter] = None, kubelet: KubeletVersion = DEFAULT) -> Rewrite:
+    """The checkpoint for ``policy`` (the new configuration's, already built) from ``data`` (None: no file), in the
+    format kubelet ``kubelet`` reads and writes (pod-level entries and baselines kept)."""
     if data is None:
         if policy.name == STATIC and adopt is not None:
-            return _adopt(None, policy, adopt)
+            return _adopt(None, policy, adopt, kubelet)
         return Rewrite(None, [], [], "there is no checkpoint: the kubelet starts from a fresh one", None)
-    before, state, failure = stored_policy(data)
+    before, state, failure = stored_policy(data, kubelet)
     if state is None:
         return Rewrite(None, [], [], "the checkpoint cannot be read (%s): rebuild it (bin/kubecpu state --rebuild) "
                        "or drain the node" % failure, None)
     if policy.name == NONE:
-        return _to_none(data, state, policy)
+        return _to_none(data, state, policy, kubelet)
     if before == NONE:
-        return _adopt(data, policy, adopt)
-    return _static_to_static(data, state, cast(StaticPolicy, policy), admission)
+        return _adopt(data, policy, adopt, kubelet)
+    return _static_to_static(data, state, cast(StaticPolicy, policy), admission, kubelet)
 
 
-def _to_none(data: bytes, state: CPUState, policy: Policy) -> Rewrite:
+def _to_none(data: bytes, state: CPUState, policy: Policy, kubelet: KubeletVersion) -> Rewrite:
     if state.policy_name == NONE:
         return Rewrite(data, [], [], "", NONE)
     everything = str(policy.topology.all_cpus)
     moves = [Move(pod, name, str(cpus), everything, "the none policy pins nothing: back on every CPU")
              for pod, name, cpus in state.assignments()]
-    return Rewrite(empty_file(NONE), moves, [], "", STATIC)
+    return Rewrite(write(CPUState(NONE), kubelet), moves, [], "", STATIC)
 
 
-def _adopt(data: Optional[bytes], policy: Policy, adopt: Optional[Adopter]) -> Rewrite:
+def _adopt(data: Optional[bytes], policy: Policy, adopt: Optional[Adopter], kubelet: KubeletVersion) -> Rewrite:
     if adopt is None:
         return Rewrite(None, [], [], "none -> static adopts the running Guaranteed containers, and no runtime was "
                        "given to list them", NONE if data is not None else None)
@@ -124,26 +126,30 @@ def _adopt(data: Optional[bytes], policy: Policy, adopt: Optional[Adopter]) -> R
                        "configuration: nothing is rewritten" % len(unfit), NONE if data is not None else None)
     moves = [Move(action.pod_uid, action.container, shared, action.cpus, "adopted: " + action.reason)
              for action in plan.actions if action.action == "allocate"]
-    return _checked(fresh, policy, moves, NONE if data is not None else None)
+    return _checked(fresh, policy, moves, NONE if data is not None else None, kubelet)
 
 
-def _static_to_static(data: bytes, state: CPUState, policy: StaticPolicy, admission: Optional[Admission]) -> Rewrite:
+def _static_to_static(data: bytes, state: CPUState, policy: StaticPolicy, admission: Optional[Admission],
+                      kubelet: KubeletVersion) -> Rewrite:
     try:
         policy.start(state.copy())
         return Rewrite(data, [], [], "", STATIC)  # the kubelet accepts it as it is: not a byte changes
     except StateError:
         pass
     everything, reserved = policy.all_cpus(), policy.reserved
-    kept = CPUState(STATIC)
+    kept = CPUState(STATIC, pod_entries=state.pod_entries, baselines=state.baselines, pod_level=state.pod_level)
     moving: List[Tuple[str, str, CPUSet]] = []
+    unfit: List[Dict[str, str]] = []
     for pod, name, cpus in state.assignments():
         if cpus.issubset(everything) and cpus.isdisjoint(reserved):
             kept.set(pod, name, cpus)
+        elif pod in state.pod_entries:  # inside pod-level exclusive CPUs, which kubecpu does not move
+            unfit.append({"pod": pod, "container": name, "reason": "holds CPUs of its pod's pod-level assignment "
+                          "%s, which kubecpu does not move" % state.pod_entries[pod]})
         else:
             moving.append((pod, name, cpus))
-    kept.default = everything.difference(kept.assigned())
+    kept.default = everything.difference(kept.assigned()).difference(kept.pod_assigned())
     moves: List[Move] = []
-    unfit: List[Dict[str, str]] = []
     given: Dict[Tuple[str, CPUSet], CPUSet] = {}
     for pod, name, cpus in sorted(moving, key=lambda m: (-len(m[2]), m[0], m[1])):  # the largest first
         why = ("holds reserved CPU(s) %s" % cpus.intersection(reserved) if not cpus.isdisjoint(reserved)
@@ -165,16 +171,17 @@ def _static_to_static(data: bytes, state: CPUState, policy: StaticPolicy, admiss
     if unfit:
         return Rewrite(None, [], unfit, "%d pinned container(s) cannot keep their CPU count under the new "
                        "configuration: nothing is rewritten" % len(unfit), STATIC)
-    return _checked(kept, policy, sorted(moves), STATIC)
+    return _checked(kept, policy, sorted(moves), STATIC, kubelet)
 
 
-def _checked(state: CPUState, policy: Policy, moves: List[Move], before: Optional[str]) -> Rewrite:
+def _checked(state: CPUState, policy: Policy, moves: List[Move], before: Optional[str],
+             kubelet: KubeletVersion) -> Rewrite:
     """The file for ``state``, read back and validated as the kubelet does at start: one it would refuse is not
     returned (with strict reservation, exclusive CPUs may leave no shared CPU, and the kubelet then refuses to
     start: "default cpuset cannot be empty")."""
-    data = encode(state)
+    data = write(state, kubelet)
     try:
-        policy.start(decode(data, policy.name).state)
+        policy.start(read(data, policy.name, kubelet).state)
     except (RestoreFailure, StateError) as exc:
         return Rewrite(None, [], [], "the kubelet would refuse the rewritten checkpoint (%s): nothing is rewritten"
                        % exc, before)

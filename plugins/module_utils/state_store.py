@@ -21,8 +21,9 @@ import time
 from typing import Iterator, Mapping, Optional, Tuple
 
 from .atomic import atomic_write, fsync_directory
-from .checkpoint import decode, encode
+from .checkpoint_formats import read, write
 from .errors import CheckpointError, RestoreFailure, StoreError
+from .kubelet_versions import DEFAULT, KubeletVersion
 from .state import CPUState
 
 DEFAULT_PATH = "/var/lib/kubecpu/cpu_manager_state"
@@ -36,11 +37,12 @@ class StateStore:
     def __init__(self, path: str = DEFAULT_PATH, policy_name: str = "static", read_only: Optional[bool] = None,
                  lock_timeout: float = LOCK_TIMEOUT,
                  initial_containers: Optional[Mapping[str, Tuple[str, str]]] = None, *,
-                 kubelet_stopped: bool = False) -> None:
+                 kubelet_stopped: bool = False, kubelet: KubeletVersion = DEFAULT) -> None:
         """``kubelet_stopped``: the caller has stopped the kubelet, so its own checkpoint may be written (a rewrite,
         a rebuild, a reset); otherwise that file is only ever read."""
         self.path = os.path.abspath(path)
         self.policy_name = policy_name
+        self.kubelet = kubelet  # whose format is read and written
         is_kubelets = os.path.realpath(self.path) == KUBELET_PATH and not kubelet_stopped
         self.read_only = is_kubelets if read_only is None else (read_only or is_kubelets)
         self.lock_timeout = lock_timeout
@@ -117,7 +119,7 @@ class StateStore:
         if self._known is not None and self._known[0] == data:
             return self._known[1].copy()
         try:
-            state = decode(data, self.policy_name, self.initial_containers).state
+            state = read(data, self.policy_name, self.kubelet, self.initial_containers).state
         except RestoreFailure as exc:
             raise CheckpointError(self.path, str(exc)) from None
         self._known = (data, state.copy())
@@ -134,7 +136,7 @@ class StateStore:
         if self.read_only:
             raise StoreError("state file %s is read-only (the kubelet's own checkpoint is never written by "
                              "kubecpu)" % self.path)
-        data = encode(state)
+        data = write(state, self.kubelet)
         current = self.read_bytes()
         if current == data:
             return False

@@ -76,8 +76,16 @@ shared_pool:
   description: The shared (default) CPU set.
   returned: always
   type: str
+pod_entries:
+  description:
+    - Pod-level exclusive CPUs (the C(podEntries) of a kubelet 1.36+ checkpoint read with O(kubelet_version)), each
+      with C(pod_uid) and C(cpus); counted as taken everywhere (free cores, headroom, the CPU map).
+  returned: always
+  type: list
+  elements: dict
+  version_added: 0.4.0
 exclusive_cpus:
-  description: All exclusively assigned CPUs.
+  description: All exclusively assigned CPUs (pod-level ones included).
   returned: always
   type: str
 free_whole_cores_per_numa:

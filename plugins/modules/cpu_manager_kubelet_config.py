@@ -188,6 +188,16 @@ current:
     reserved_cpus:
       description: The CPUs the kubelet reserves today (null when the current configuration cannot be read).
       type: str
+checkpoint:
+  description:
+    - Whose checkpoint rules applied, the kubelet's version clamped to the known ones (C(1.35) to C(1.38)), the
+      format that kubelet writes (C(v2), C(v3) or C(v4)) and the feature gates of the new configuration. The
+      verdict and RV(rewritten_state) follow it (a 1.35 kubelet refuses a V3 file; 1.36 reads only a V4 file's V2
+      part, and RV(notes) says which pod-level assignments that drops).
+  returned: success
+  type: dict
+  sample: {"kubelet": "1.37", "format": "v4", "feature_gates": {}}
+  version_added: 0.4.0
 rewritten_state:
   description:
     - With O(state_rewrite), the complete checkpoint the kubelet accepts under the new configuration (its C(policyName),

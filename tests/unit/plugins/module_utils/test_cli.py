@@ -381,3 +381,21 @@ def test_defrag_moves_the_container_that_splits_two_numa_nodes(tmp_path):
     assert cgroup_cpus(crictl, crictl["prod/api/app"]) == "0,3-7"
     code, out, _err = run(["defrag"] + common)
     assert code == 0 and json.loads(out)["moves"] == []  # optimal now
+
+
+def test_kubelet_version_selects_the_checkpoint_format(tmp_path, topo_files):
+    node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
+    code, _out, _err = node.run("allocate", "--pod", node.pod("u", [("a", "2")]), "--container", "a",
+                                "--kubelet-version", "1.37")
+    written = json.loads(open(node.state, encoding="utf-8").read())
+    assert code == 0 and set(written) == {"policyName", "defaultCpuSet", "entries", "checksum", "data", "dataChecksum"}
+    code, out, err = node.run("state", "--kubelet-version", "1.35")  # 1.35 reads a V4 file's V2 part
+    assert code == 0 and json.loads(out)["entries"] == {"u": {"a": json.loads(written["data"])["entries"]["u"]["a"]}}
+    code, _out, _err = node.run("state", "--kubelet-version", "1.36", "--feature-gate",
+                                "PodLevelResourceManagers=true")
+    rewritten = json.loads(open(node.state, encoding="utf-8").read())  # state writes what 1.36 writes: V3
+    assert code == 0 and set(rewritten) == {"policyName", "defaultCpuSet", "entries", "checksum"}  # no podEntries
+    code, _out, err = node.run("state", "--kubelet-version", "1.39")
+    assert code == 2 and "is not one kubecpu knows: 1.35, 1.36, 1.37, 1.38" in err
+    code, _out, err = node.run("state", "--kubelet-version", "1.37", "--feature-gate", "PodLevelResourceManagers")
+    assert code == 2 and "expected NAME=true or NAME=false" in err

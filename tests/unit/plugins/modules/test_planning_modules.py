@@ -10,7 +10,8 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
-from ansible_collections.kubecpu.cpu_manager.plugins.modules import cpu_manager_kubelet_config, cpu_manager_reservation
+from ansible_collections.kubecpu.cpu_manager.plugins.modules import (cpu_manager_info, cpu_manager_kubelet_config,
+                                                                    cpu_manager_reservation)
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import calls, make_node
@@ -136,3 +137,65 @@ def _static_file(default, entries):
         for name, cpus in containers.items():
             state.set(pod, name, CPUSet.parse(cpus))
     return encode(state)
+
+
+GATES = {"PodLevelResourceManagers": True, "InPlacePodVerticalScalingExclusiveCPUs": True}
+V137 = dict(KUBEADM, cpuManagerPolicy="static", reservedSystemCPUs="0,8", featureGates=GATES)
+
+
+def _v137_file():
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint_formats import write
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet_versions import kubelet_version
+
+    state = CPUState("static", CPUSet.parse("0,4-8,12-15"),
+                     {"pod-a": {"app": CPUSet.parse("1,9"), "side": CPUSet.parse("2,10")},
+                      "pod-b": {"db": CPUSet.parse("3,11")}},
+                     pod_entries={"pod-a": CPUSet.parse("1-2,9-10")}, baselines={"pod-a": {"app": "1,9"}})
+    return write(state, kubelet_version("1.37", GATES))
+
+
+@pytest.fixture
+def root16(tmp_path):
+    return fake_sysfs.build(str(tmp_path / "root16"), fake_sysfs.machine(2, 4, 2))  # 16 CPUs, core n = {n, n+8}
+
+
+def test_a_1_37_checkpoint_with_pod_entries_and_baselines_is_rewritten_with_nothing_lost(root16, tmp_path, capsys):
+    state = tmp_path / "cpu_manager_state"
+    state.write_bytes(_v137_file())
+    result = run(cpu_manager_kubelet_config, {
+        "config": V137, "kubelet_version": "v1.37.2", "reserved_cpus": "0,3,8,11", "state_path": str(state),
+        "sysfs_root": root16, "state_rewrite": True}, capsys)
+    assert result["rc"] == 0 and result["checkpoint"] == {"kubelet": "1.37", "format": "v4", "feature_gates": GATES}
+    assert [(m["pod_uid"], m["container"], m["cpus_before"]) for m in result["moves"]] == [("pod-b", "db", "3,11")]
+    written = json.loads(result["rewritten_state"])
+    data = json.loads(written["data"])
+    assert data["podEntries"] == {"pod-a": {"cpuSet": "1-2,9-10"}}
+    assert data["baselines"] == {"pod-a": {"app": {"baseline": "1,9"}}}
+    assert data["entries"]["pod-a"] == {"app": "1,9", "side": "2,10"}  # kept byte for byte
+    assert set(written) == {"policyName", "defaultCpuSet", "entries", "checksum", "data", "dataChecksum"}
+    state.write_text(result["rewritten_state"])
+    info = run(cpu_manager_info, {"state_path": str(state), "kubelet_version": "1.37", "feature_gates": GATES,
+                                  "reserved_cpus": "0,3,8,11", "sysfs_root": root16, "query_runtime": False}, capsys)
+    assert info["rc"] == 0 and info["pod_entries"] == [{"pod_uid": "pod-a", "cpus": "1-2,9-10"}]
+    owners = {row["cpu"]: row["owner"] for row in info["cpus"] if row["kind"] == "exclusive"}
+    assert owners[1] == "pod-a/app" and owners[9] == "pod-a/app"
+    assert info["headroom"]["free_cpus"] == 16 - 4 - 4 - 2  # reserved, pod-a's pod-level set, db's two
+
+
+def test_the_verdict_follows_the_kubelet_version(root16, tmp_path, capsys):
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint_formats import write
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet_versions import kubelet_version
+
+    state = tmp_path / "cpu_manager_state"
+    v3 = CPUState("static", CPUSet.parse("0,4-8,12-15"), {"pod-b": {"db": CPUSet.parse("3,11")}},
+                  pod_entries={"pod-a": CPUSet.parse("1-2,9-10")})
+    state.write_bytes(write(v3, kubelet_version("1.36", GATES)))
+    base = {"config": V137, "reserved_cpus": "0,8", "state_path": str(state), "sysfs_root": root16}
+    down = run(cpu_manager_kubelet_config, dict(base, kubelet_version="1.35"), capsys)
+    assert down["migration"]["required"] and "checkpoint is corrupted" in down["migration"]["reason"]
+    same = run(cpu_manager_kubelet_config, dict(base, kubelet_version="1.36"), capsys)
+    assert not same["migration"]["required"] and same["checkpoint"]["format"] == "v3"
+    state.write_bytes(_v137_file())
+    older = run(cpu_manager_kubelet_config, dict(base, kubelet_version="1.36",
+                                                 config=dict(V137, featureGates={})), capsys)
+    assert any("pod-level assignments (podEntries of pod-a) are dropped" in note for note in older["notes"])
