@@ -33,7 +33,7 @@ class CheckpointFile:
         self.config = config
         self.topology = topology or load_topology(config)
         self.policy = build_policy(self.topology, config.policy, config.reserved_cpus, config.num_reserved,
-                                   config.policy_options)
+                                   config.policy_options, kubelet_minor=config.kubelet.minor)
         self.store = StateStore(config.state_path, self.policy.name, read_only=config.read_only or None,
                                 kubelet_stopped=kubelet_stopped, kubelet=config.kubelet)
 

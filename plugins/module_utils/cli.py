@@ -24,6 +24,7 @@ from .demo import run_demo
 from .discovery import discover
 from .errors import ConfigError, KubecpuError, PodSpecError, StateError, UsageError
 from .hints import container_hints, hints_document, pod_hints
+from .kubelet_versions import kubelet_version
 from .manager import NodeManager
 from .metrics import Metrics
 from .node import build_manager, build_policy, check_cpus_known
@@ -61,7 +62,7 @@ def _has_topology(args: argparse.Namespace) -> bool:
 
 def _policy_for(args: argparse.Namespace, topo: Topology) -> Policy:
     return build_policy(topo, args.policy, args.reserved_cpus, args.num_reserved, parse_option_args(args.option),
-                        what="--reserved-cpus")
+                        what="--reserved-cpus", kubelet_minor=_node_config(args).kubelet.minor)
 
 
 def _affinity(topo: Topology, nodes: Optional[CPUSet]) -> Optional[List[int]]:
@@ -80,7 +81,8 @@ def cmd_topology(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: Text
 
 def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     topo = load_topology(args, stdin)
-    options = parse_options(parse_option_args(args.option))
+    kubelet = kubelet_version(args.kubelet_version, _gates(args.feature_gate))
+    options = parse_options(parse_option_args(args.option))._replace(kubelet_minor=kubelet.minor)
     check_cpus_known(topo, args.available, "--available")
     cpus = plan(topo, options, args.available, args.count, _affinity(topo, args.numa_affinity))
     _emit(out, {"cpus": str(cpus)})

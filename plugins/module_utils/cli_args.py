@@ -70,8 +70,13 @@ def _state_args(parser: argparse.ArgumentParser) -> None:
                         help="explicit reserved CPUs (alone, implies --num-reserved)")
     parser.add_argument("--read-only", action="store_true",
                         help="never write the state file (implied for the kubelet's own checkpoint)")
+    _kubelet_args(parser)
+
+
+def _kubelet_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubelet-version", metavar="X.Y",
-                        help="the kubelet whose checkpoint format and rules apply: 1.35 (default), 1.36, 1.37, 1.38")
+                        help="the kubelet whose checkpoint format and allocation rules apply: 1.35 (default), 1.36, "
+                             "1.37, 1.38")
     parser.add_argument("--feature-gate", action="append", default=[], metavar="NAME=BOOL",
                         help="a kubelet feature gate (PodLevelResourceManagers, "
                              "InPlacePodVerticalScalingExclusiveCPUs); repeatable")
@@ -90,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="what the static policy would give a container asking for N CPUs")
     _topology_args(p)
     _policy_args(p)
+    _kubelet_args(p)
     p.add_argument("--available", required=True, type=_cpuset_arg, metavar="CPUSET", help="the free CPUs")
     p.add_argument("--count", required=True, type=_count_arg, metavar="N", help="exclusive CPUs requested")
     p.add_argument("--numa-affinity", type=_cpuset_arg, metavar="NODES", help="preferred NUMA nodes (hint)")
@@ -97,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("hints", help="the CPU manager's topology hints for a request (GetTopologyHints)")
     _topology_args(p)
     _policy_args(p)
+    _kubelet_args(p)  # the hints themselves are the same for 1.35-1.38
     p.add_argument("--available", required=True, type=_cpuset_arg, metavar="CPUSET",
                    help="CPUs free for exclusive use (the default set minus the reserved CPUs)")
     p.add_argument("--count", required=True, type=_count_arg, metavar="N", help="the guaranteed CPUs requested")

@@ -31,8 +31,10 @@ class Accumulator:
     CPUs (which cores of a socket still have a free CPU, ...) are derived from them when a sort needs them.
     """
 
-    def __init__(self, topo: Topology, available: Iterable[int], need: int, strategy: str = PACKED) -> None:
+    def __init__(self, topo: Topology, available: Iterable[int], need: int, strategy: str = PACKED,
+                 minor: int = 35) -> None:
         self.topo = topo
+        self.minor = minor  # kubelet 1.38: exact free-unit tests, the round-robin spread order
         self.need = need
         self.result: Set[int] = set()
         self.numa_first = topo.num_sockets >= topo.num_numa
@@ -115,7 +117,13 @@ class Accumulator:
     def free_cpus(self) -> List[int]:
         """Single CPUs in the packed (by core) or spread (by socket) order."""
         out: List[int] = []
-        if self.spread:
+        if self.spread and self.minor >= 38:  # one CPU of every core of the socket, then the second ones, ...
+            for socket in self.sort_sockets():
+                cores = self._sorted({self.topo.loc[c][0] for c in self.by_socket.get(socket, ())}, self.by_core)
+                lists = [sorted(c for c in self.by_core[core] if self.topo.loc[c][1] == socket) for core in cores]
+                for index in range(max((len(items) for items in lists), default=0)):
+                    out.extend(items[index] for items in lists if index < len(items))
+        elif self.spread:
             for socket in self.sort_sockets():
                 out.extend(sorted(self.by_socket.get(socket, ())))
         else:
@@ -129,10 +137,14 @@ class Accumulator:
         return [n for n in self.sort_numa_nodes() if len(self.by_numa.get(n, ())) == len(full[n])]
 
     def free_sockets(self) -> List[int]:
+        if self.minor >= 38:  # the exact test: every CPU of the socket free
+            return [s for s in self.sort_sockets() if len(self.by_socket.get(s, ())) == len(self.topo.socket_cpus[s])]
         per_socket = self.topo.cpus_per_socket
         return [s for s in self.sort_sockets() if len(self.by_socket.get(s, ())) == per_socket]
 
     def free_cores(self) -> List[int]:
+        if self.minor >= 38:  # the exact test: every CPU of the core free
+            return [c for c in self.sort_cores() if len(self.by_core.get(c, ())) == len(self.topo.core_cpus[c])]
         per_core = self.topo.cpus_per_core
         return [c for c in self.sort_cores() if len(self.by_core.get(c, ())) == per_core]
 
@@ -188,13 +200,18 @@ class Accumulator:
             if self.is_satisfied():
                 return
 
-    def range_numa_nodes_needed(self, group: int) -> Tuple[int, int]:
+    def range_numa_nodes_needed(self, group: int, min_numas: int = 0) -> Tuple[int, int]:
+        """The fewest and most NUMA nodes to try; from 1.38 the Topology Manager hint's node count, when it is in
+        between, is the fewest."""
         num_numa = len(self.topo.numa_cpus)
         num_cpus = len(self.topo.loc)
         groups = (num_cpus - 1) // group + 1
         groups_per_numa = (groups - 1) // num_numa + 1
         groups_needed = (self.need - 1) // group + 1
-        return (groups_needed - 1) // groups_per_numa + 1, min(groups_needed, len(self.by_numa))
+        low, high = (groups_needed - 1) // groups_per_numa + 1, min(groups_needed, len(self.by_numa))
+        if self.minor >= 38 and low < min_numas <= high:
+            low = min_numas
+        return low, high
 
 
 def _split(units: Mapping[int, FrozenSet[int]], free: FrozenSet[int]) -> Dict[int, Set[int]]:
@@ -213,9 +230,9 @@ def _not_enough(requested: int, available: AbstractSet[int]) -> AllocationError:
 
 
 def take_by_topology_packed(topo: Topology, available: AbstractSet[int], num_cpus: int,
-                            strategy: str = PACKED, prefer_align_by_uncore: bool = False) -> CPUSet:
+                            strategy: str = PACKED, prefer_align_by_uncore: bool = False, *, minor: int = 35) -> CPUSet:
     """takeByTopologyNUMAPacked: whole NUMA nodes/sockets, [uncore], whole cores, then single CPUs."""
-    acc = Accumulator(topo, available, num_cpus, strategy)
+    acc = Accumulator(topo, available, num_cpus, strategy, minor)
     if acc.is_satisfied():
         return CPUSet._trusted(acc.result)
     if acc.is_failed():
@@ -275,18 +292,24 @@ def _round_robin(subset: Sequence[int], remainder: int, group: int, room: Callab
     return remainder
 
 
-def _best_combo(acc: Accumulator, numas: Sequence[int], k: int, n: int,
-                group: int) -> Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]]:
-    """Score every k-combination of NUMA nodes; the first with the strictly smallest balance wins."""
+def _best_combo(acc: Accumulator, numas: Sequence[int], k: int, n: int, group: int, *,
+                align_by_socket: bool = False) -> Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]]:
+    """Score every k-combination of NUMA nodes; the first with the strictly smallest balance wins. With
+    ``align_by_socket`` (1.37+), a combination within one socket beats every other whatever its balance, the
+    distribution is lowered to what every node of the combination holds in whole groups, and the search stops
+    early only on a perfect balance within one socket."""
     free = {numa: len(acc.by_numa.get(numa, ())) for numa in numas}
     best_balance = math.inf
     best: Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]] = None
+    best_in_one_socket = False
     for combo in combinations(numas, k):
-        if best_balance == 0:
+        if best_balance == 0 and (not align_by_socket or best_in_one_socket):
             break
         if sum(free[m] for m in combo) < n or sum(free[m] // group for m in combo) * group < n:
             continue
         distribution = (n // k // group) * group
+        if align_by_socket:
+            distribution = min([distribution] + [free[m] // group * group for m in combo])
         if any(free[m] < distribution for m in combo):
             continue
         after = dict(free)
@@ -309,39 +332,52 @@ def _best_combo(acc: Accumulator, numas: Sequence[int], k: int, n: int,
                 if balance < local_balance:
                     local_balance, local_subset = balance, subset
             size -= 1
-        if local_balance < best_balance:
-            best_balance = local_balance
+        in_one_socket = align_by_socket and len(acc.topo.sockets_in_numa_nodes(*combo)) <= 1
+        better = local_balance < best_balance
+        if align_by_socket and in_one_socket != best_in_one_socket and local_balance < math.inf:
+            better = in_one_socket
+        if better:
+            best_balance, best_in_one_socket = local_balance, in_one_socket
             best = (combo, local_subset)
     return best
 
 
 def take_by_topology_distributed(topo: Topology, available: AbstractSet[int], num_cpus: int, group: int = 1,
-                                 strategy: str = PACKED) -> CPUSet:
-    """takeByTopologyNUMADistributed: spread the request evenly over the fewest balanced NUMA nodes."""
+                                 strategy: str = PACKED, *, minor: int = 35, align_by_socket: bool = False,
+                                 min_numas: int = 0) -> CPUSet:
+    """takeByTopologyNUMADistributed: spread the request evenly over the fewest balanced NUMA nodes.
+
+    ``minor`` 37 and 38 follow those kubelets: align-by-socket inside the search (``_best_combo``) and the
+    distribution lowered to what every chosen node holds in whole groups (37), the hint's NUMA count as the fewest
+    nodes (``min_numas``, 38)."""
     group = max(group, 1)
     if num_cpus % group != 0:
-        return take_by_topology_packed(topo, available, num_cpus, strategy, False)
-    acc = Accumulator(topo, available, num_cpus, strategy)
+        return take_by_topology_packed(topo, available, num_cpus, strategy, False, minor=minor)
+    acc = Accumulator(topo, available, num_cpus, strategy, minor)
     if acc.is_satisfied():
         return CPUSet._trusted(acc.result)
     if acc.is_failed():
         raise _not_enough(num_cpus, available)
     numas = acc.sort_numa_nodes()
-    low, high = acc.range_numa_nodes_needed(group)
+    low, high = acc.range_numa_nodes_needed(group, min_numas)
     for k in range(low, high + 1):
-        best = _best_combo(acc, numas, k, num_cpus, group)
+        best = _best_combo(acc, numas, k, num_cpus, group, align_by_socket=align_by_socket and minor >= 37)
         if best is None:
             continue
         combo, subset = best
         distribution = (num_cpus // len(combo) // group) * group
+        if minor >= 37:  # always lowered to what every chosen node holds in whole groups
+            distribution = min([distribution] + [len(acc.by_numa.get(m, ())) // group * group for m in combo])
         for numa in combo:
-            acc.take(take_by_topology_packed(topo, acc.by_numa.get(numa, set()), distribution, strategy, False))
+            acc.take(take_by_topology_packed(topo, acc.by_numa.get(numa, set()), distribution, strategy, False,
+                                             minor=minor))
         _round_robin(subset, num_cpus - distribution * len(combo), group,
                      lambda numa: len(acc.by_numa.get(numa, ())),
-                     lambda numa: acc.take(take_by_topology_packed(topo, acc.by_numa[numa], group, strategy, False)))
+                     lambda numa: acc.take(take_by_topology_packed(topo, acc.by_numa[numa], group, strategy, False,
+                                                                   minor=minor)))
         if acc.need > 0:
             raise AllocationError("accounting error, not enough CPUs allocated, remaining: %d" % acc.need)
         if acc.need < 0:
             raise AllocationError("accounting error, too many CPUs allocated, remaining: %d" % acc.need)
         return CPUSet._trusted(acc.result)
-    return take_by_topology_packed(topo, available, num_cpus, strategy, False)
+    return take_by_topology_packed(topo, available, num_cpus, strategy, False, minor=minor)

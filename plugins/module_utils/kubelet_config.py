@@ -296,8 +296,10 @@ def state_verdict(data: Optional[bytes], policy: str, topo: Topology, reserved: 
 def rewrite_for(change: Change, topo: Topology, state: Optional[bytes], adopt: Optional[Adopter] = None) -> Rewrite:
     """The checkpoint the kubelet accepts after ``change`` (no drain), with its moves (``rewrite``)."""
     settings = change.settings()
-    policy = new_policy(settings["policy"], topo, settings["num_reserved"], change.reserved or None,
-                        settings["policy_options"])
+    options = settings["policy_options"]
+    if settings["policy"] == STATIC:  # the moves are chosen as this kubelet chooses
+        options = parse_options(options)._replace(kubelet_minor=change.kubelet.minor)
+    policy = new_policy(settings["policy"], topo, settings["num_reserved"], change.reserved or None, options)
     admission = Admission(topo, settings["topology_manager_policy"], settings["topology_manager_scope"],
                           settings["topology_manager_policy_options"])
     return rewrite_checkpoint(state, policy, admission=admission, adopt=adopt, kubelet=change.kubelet)

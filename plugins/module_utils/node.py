@@ -20,7 +20,9 @@ from . import discovery
 from .errors import SafetyError, TopologyError
 from .manager import NodeManager
 from .plan import Plan
-from .policy import STATIC, Policy, new_policy
+from .kubelet_versions import DEFAULT
+from .options import parse_options
+from .policy import STATIC, Policy, StaticPolicy, new_policy
 from .rewrite import Adopter
 from .runtime import Runtime
 from .state import CPUState
@@ -39,14 +41,17 @@ def check_cpus_known(topo: Topology, cpus: CPUSet, what: str) -> None:
 
 
 def build_policy(topo: Topology, name: str, reserved: Optional[CPUSet], num_reserved: Optional[int],
-                 options: Optional[Mapping[str, str]], *, what: str = "reserved CPUs") -> Policy:
-    """The kubelet's rules: an explicit list alone implies the count; with a count the two must agree."""
+                 options: Optional[Mapping[str, str]], *, what: str = "reserved CPUs",
+                 kubelet_minor: int = DEFAULT.minor) -> Policy:
+    """The kubelet's rules: an explicit list alone implies the count; with a count the two must agree. The
+    allocation follows kubelet 1.<kubelet_minor> (docs/VERSIONS_IN_KUBECPU.md)."""
     if name != STATIC:
         return new_policy(name, topo, raw_options=options)
     if reserved:
         check_cpus_known(topo, reserved, what)
     count = num_reserved if num_reserved is not None else (len(reserved) if reserved else 0)
-    return new_policy(STATIC, topo, count, reserved, options)
+    parsed = parse_options(options)._replace(kubelet_minor=kubelet_minor)
+    return StaticPolicy(topo, count, reserved, parsed)
 
 
 def load_topology(config: NodeConfig) -> Topology:
@@ -105,7 +110,8 @@ def build_manager(config: NodeConfig, with_runtime: bool = False, topology: Opti
                   runtime: Optional[Runtime] = None, checks: bool = True) -> NodeManager:
     """The manager. One that acts through a runtime first checks that it may (``checks``)."""
     topo = topology or load_topology(config)
-    policy = build_policy(topo, config.policy, config.reserved_cpus, config.num_reserved, config.policy_options)
+    policy = build_policy(topo, config.policy, config.reserved_cpus, config.num_reserved, config.policy_options,
+                          kubelet_minor=config.kubelet.minor)
     store = StateStore(config.state_path, policy.name, read_only=config.read_only or None, kubelet=config.kubelet)
     cache = ContainerCache(config.cache_path or store.path + ".containers.json", read_only=store.read_only)
     if with_runtime and checks:

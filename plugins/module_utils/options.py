@@ -56,6 +56,7 @@ class PolicyOptions(NamedTuple):
     distribute_cpus_across_cores: bool = False
     strict_cpu_reservation: bool = False
     prefer_align_cpus_by_uncorecache: bool = False
+    kubelet_minor: int = 35  # whose allocation rules (docs/VERSIONS_IN_KUBECPU.md): 37 and 38 changed some
 
     def enabled(self) -> List[str]:
         """Kubelet names of the options that are on, in the kubelet's order."""

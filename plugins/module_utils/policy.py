@@ -31,13 +31,18 @@ class Allocation(NamedTuple):
     exclusive: bool
 
 
-def take_by_topology(topo: Topology, options: PolicyOptions, available: AbstractSet[int], count: int) -> CPUSet:
-    """The policy's takeByTopology: the options choose the algorithm and its sort strategy."""
+def take_by_topology(topo: Topology, options: PolicyOptions, available: AbstractSet[int], count: int,
+                     min_numas: int = 0) -> CPUSet:
+    """The policy's takeByTopology: the options (and the kubelet version) choose the algorithm and its sort
+    strategy; ``min_numas`` is the Topology Manager hint's NUMA count (used from 1.38)."""
     strategy = SPREAD if options.distribute_cpus_across_cores else PACKED
+    minor = options.kubelet_minor
     if options.distribute_cpus_across_numa:
         group = topo.cpus_per_core if options.full_pcpus_only else 1
-        return take_by_topology_distributed(topo, available, count, group, strategy)
-    return take_by_topology_packed(topo, available, count, strategy, options.prefer_align_cpus_by_uncorecache)
+        return take_by_topology_distributed(topo, available, count, group, strategy, minor=minor,
+                                            align_by_socket=options.align_by_socket, min_numas=min_numas)
+    return take_by_topology_packed(topo, available, count, strategy, options.prefer_align_cpus_by_uncorecache,
+                                   minor=minor)
 
 
 def check_numa_nodes(topo: Topology, numa_nodes: Iterable[int]) -> Sequence[int]:
@@ -60,7 +65,7 @@ def allocate_cpus(topo: Topology, options: PolicyOptions, allocatable: AbstractS
         else:
             region = topo.cpus_in_numa_nodes(*nodes)
         aligned = region.intersection(allocatable).as_frozenset()
-        result = take_by_topology(topo, options, aligned, min(count, len(aligned)))
+        result = take_by_topology(topo, options, aligned, min(count, len(aligned)), len(nodes))
     rest = frozenset(allocatable).difference(result.as_frozenset())
     return result.union(take_by_topology(topo, options, rest, count - len(result)))
 

@@ -399,3 +399,13 @@ def test_kubelet_version_selects_the_checkpoint_format(tmp_path, topo_files):
     assert code == 2 and "is not one kubecpu knows: 1.35, 1.36, 1.37, 1.38" in err
     code, _out, err = node.run("state", "--kubelet-version", "1.37", "--feature-gate", "PodLevelResourceManagers")
     assert code == 2 and "expected NAME=true or NAME=false" in err
+
+
+def test_plan_chooses_as_the_kubelet_version_does(tmp_path):
+    topology = tmp_path / "adjacent.json"
+    topology.write_text(json.dumps({"format": "kubecpu.topology/v1", "source": "file", "cpus": [
+        {"cpu": c, "core": c // 2, "socket": 0, "numa": 0, "uncore": 0} for c in range(8)]}))
+    argv = ["plan", "--topology", str(topology), "--available", "0-7", "--count", "3", "--option",
+            "distribute-cpus-across-cores"]
+    assert json.loads(run(argv)[1]) == json.loads(run(argv + ["--kubelet-version", "1.37"])[1]) == {"cpus": "0-2"}
+    assert json.loads(run(argv + ["--kubelet-version", "1.38.0"])[1]) == {"cpus": "0,2,4"}  # round robin over cores

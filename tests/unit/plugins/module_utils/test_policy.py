@@ -155,7 +155,7 @@ def test_parse_options(case):
         return
     flags = parse_options(case["options"])
     go_names = {"FullPhysicalCPUsOnly": "full_pcpus_only"}
-    assert {name for name, on in flags._asdict().items() if on} == {go_names[k] for k in case["expected"]["value"]}
+    assert {name for name, on in flags._asdict().items() if on is True} == {go_names[k] for k in case["expected"]["value"]}
 
 
 @pytest.mark.parametrize("case", by_kind("error_text"), ids=ids(by_kind("error_text")))
