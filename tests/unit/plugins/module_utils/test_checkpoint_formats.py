@@ -169,3 +169,23 @@ def test_what_a_version_writes_every_later_reader_reads_as_the_kubelet_would(sta
         if writer.writes == "v4":
             back = read(data, state.policy_name, older).state
             assert (back.default, back.entries, back.pod_entries) == (state.default, state.entries, {})
+
+
+@pytest.mark.parametrize("data, want", [  # data strings of upstream tests whose checksum is the data's (A.2)
+    ('{"policyName":"none","defaultCPUSet":"4-6"}', 657950972),
+    ('{"policyName":"static","defaultCPUSet":"7-9","entries":{"pod":{"container1":"4-6","container2":"1-3"}}}',
+     1420829534),
+    ('{"policyName":"none","defaultCPUSet":"1.3"}', 3033143655),
+    ('{"policyName":"static","defaultCPUSet":"1-3","entries":{"pod":{"container1":"4-6","container2":"asd"}}}',
+     3794806925),
+    ('{"policyName":"none","defaultCPUSet":"4-6","unknownField":"value"}', 3492408555),
+])
+def test_data_checksum_vectors(data, want):
+    assert data_checksum(data) == want
+
+
+@pytest.mark.parametrize("policy, default, version, want", [  # V2 and V1 vectors of the upstream tests
+    ("other", "1-3", "v2", 1394507217), ("none", "1.3", "v2", 3021697696), ("none", "1-3", "v1", 1694838852),
+])
+def test_legacy_checksum_vectors(policy, default, version, want):
+    assert checksum(policy, default, {}, version) == want
