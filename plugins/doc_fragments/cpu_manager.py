@@ -5,37 +5,6 @@
 from __future__ import annotations
 
 
-# How to reach the container runtime (shared by the full fragment and kubecpu.cpu_manager.cpu_manager.runtime).
-_RUNTIME = r"""
-  runtime:
-    description:
-      - How to talk to the container runtime. V(crictl) runs C(crictl) (needs nothing but python3);
-        V(cri) speaks CRI over gRPC directly (needs nothing but python3 either, as gRPC, HTTP/2 and the protobuf
-        encoding are kubecpu's own; its messages come from a table, no code is generated on the node).
-    type: str
-    choices: [crictl, cri]
-    default: crictl
-  runtime_endpoint:
-    description:
-      - The CRI endpoint, for example C(unix:///run/containerd/containerd.sock).
-      - Default what crictl itself uses (C(CONTAINER_RUNTIME_ENDPOINT), then C(/etc/crictl.yaml)), else
-        containerd's socket.
-    type: str
-  crictl_path:
-    description: The crictl binary.
-    type: path
-    default: crictl
-  runtime_timeout:
-    description: Timeout of each runtime call, in seconds.
-    type: float
-    default: 2.0
-  cgroup_root:
-    description: Where cgroupfs is mounted; cpusets are read back from here to verify what the runtime applied.
-    type: path
-    default: /sys/fs/cgroup
-"""
-
-
 class ModuleDocFragment:
     DOCUMENTATION = r"""
 options:
@@ -87,7 +56,33 @@ options:
         C(prefer-align-cpus-by-uncorecache)); values are parsed like Go's C(strconv.ParseBool).
     type: dict
     default: {}
-""" + _RUNTIME + r"""  sysfs_root:
+  runtime:
+    description:
+      - How to talk to the container runtime. V(crictl) runs C(crictl) (needs nothing but python3);
+        V(cri) speaks CRI over gRPC directly (needs nothing but python3 either, as gRPC, HTTP/2 and the protobuf
+        encoding are kubecpu's own; its messages come from a table, no code is generated on the node).
+    type: str
+    choices: [crictl, cri]
+    default: crictl
+  runtime_endpoint:
+    description:
+      - The CRI endpoint, for example C(unix:///run/containerd/containerd.sock).
+      - Default what crictl itself uses (C(CONTAINER_RUNTIME_ENDPOINT), then C(/etc/crictl.yaml)), else
+        containerd's socket.
+    type: str
+  crictl_path:
+    description: The crictl binary.
+    type: path
+    default: crictl
+  runtime_timeout:
+    description: Timeout of each runtime call, in seconds.
+    type: float
+    default: 2.0
+  cgroup_root:
+    description: Where cgroupfs is mounted; cpusets are read back from here to verify what the runtime applied.
+    type: path
+    default: /sys/fs/cgroup
+  sysfs_root:
     description:
       - Discover the CPU topology from sysfs below this directory (a fake tree in tests).
     type: path
@@ -180,5 +175,33 @@ attributes:
 """
 
     # The container runtime alone, for the modules that plan against what runs
-    # (kubecpu.cpu_manager.cpu_manager.runtime).
-    RUNTIME = "options:" + _RUNTIME
+    # (kubecpu.cpu_manager.cpu_manager.runtime; the same text as in DOCUMENTATION: fragments are literals).
+    RUNTIME = r"""
+options:
+  runtime:
+    description:
+      - How to talk to the container runtime. V(crictl) runs C(crictl) (needs nothing but python3);
+        V(cri) speaks CRI over gRPC directly (needs nothing but python3 either, as gRPC, HTTP/2 and the protobuf
+        encoding are kubecpu's own; its messages come from a table, no code is generated on the node).
+    type: str
+    choices: [crictl, cri]
+    default: crictl
+  runtime_endpoint:
+    description:
+      - The CRI endpoint, for example C(unix:///run/containerd/containerd.sock).
+      - Default what crictl itself uses (C(CONTAINER_RUNTIME_ENDPOINT), then C(/etc/crictl.yaml)), else
+        containerd's socket.
+    type: str
+  crictl_path:
+    description: The crictl binary.
+    type: path
+    default: crictl
+  runtime_timeout:
+    description: Timeout of each runtime call, in seconds.
+    type: float
+    default: 2.0
+  cgroup_root:
+    description: Where cgroupfs is mounted; cpusets are read back from here to verify what the runtime applied.
+    type: path
+    default: /sys/fs/cgroup
+"""

@@ -68,9 +68,11 @@ def _data(state: CPUState, version: KubeletVersion) -> str:
     if state.pod_entries:
         parts.append('"podEntries":' + _pods_json(state.pod_entries))
     if state.baselines:
-        parts.append('"baselines":' + _go_object([(pod, _go_object([(name, '{"baseline":%s}' % go_json_string(b))
-                                                                     for name, b in sorted(items.items())]))
-                                                  for pod, items in sorted(state.baselines.items())]))
+        pods = []
+        for pod, items in sorted(state.baselines.items()):
+            inner = [(name, '{"baseline":%s}' % go_json_string(base)) for name, base in sorted(items.items())]
+            pods.append((pod, _go_object(inner)))
+        parts.append('"baselines":' + _go_object(pods))
     return "{%s}" % ",".join(parts)
 
 
@@ -86,8 +88,8 @@ def write(state: CPUState, version: KubeletVersion) -> bytes:
     if kind == "v3":
         if state.pod_entries:
             head += ',"podEntries":' + _pods_json(state.pod_entries)
-        text = head + ',"checksum":%d}' % v3_checksum(state.policy_name, str(state.default), _strings(state.entries),
-                                                        state.pod_entries)
+        stored = v3_checksum(state.policy_name, str(state.default), _strings(state.entries), state.pod_entries)
+        text = head + ',"checksum":%d}' % stored
         return text.encode("utf-8", "surrogatepass")
     data = _data(state, version)
     legacy = checksum(state.policy_name, str(state.default), _strings(state.entries))

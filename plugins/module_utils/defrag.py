@@ -184,4 +184,3 @@ def plan_defrag(topo: Topology, options: PolicyOptions, state: CPUState, reserve
     after_state.default = after_state.default.union(*(m.cpus_before for m in moves)).difference(
         CPUSet().union(*(m.cpus_after for m in moves)))
     return Defrag(moves, before, headroom(topo, CPUSet(pool.free)), after_state)
-

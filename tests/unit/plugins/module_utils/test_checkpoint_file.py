@@ -16,8 +16,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (CheckpointError, ConfigError,
                                                                                  StateError, StoreError)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import (calls, cgroup_cpus, make_node,
-                                                                               set_cgroup_cpus)
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import (
+    calls, cgroup_cpus, make_node, set_cgroup_cpus)
 
 WEB_UID = "a06b0ffe-e387-47dc-90e2-339fa3fc242a"
 

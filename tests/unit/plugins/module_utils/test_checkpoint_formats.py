@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import checksum
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint_formats import (data_checksum, read,
-                                                                                              v3_checksum, write)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint_formats import (
+    data_checksum, read, v3_checksum, write)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError, RestoreFailure
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet_versions import (POD_LEVEL, KubeletVersion,

@@ -15,8 +15,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint imp
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
 
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import (cgroup_cpus, make_node,
-                                                                                   set_cgroup_cpus)
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import (
+    cgroup_cpus, make_node, set_cgroup_cpus)
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import ROOT, cases, fixture, fixture_as_document, ids
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_sysfs import build, machine
 
@@ -368,9 +368,9 @@ def test_defrag_moves_the_container_that_splits_two_numa_nodes(tmp_path):
     before = state.read_bytes()
     code, out, _err = run(["defrag", "--check"] + common)
     plan = json.loads(out)
-    assert code == 0 and plan["moves"] == [{"pod_uid": "a06b0ffe-e387-47dc-90e2-339fa3fc242a",
-                                                      "containers": ["main"], "cpus_before": "3-4",
-                                                      "cpus_after": "1-2"}]
+    want = {"pod_uid": "a06b0ffe-e387-47dc-90e2-339fa3fc242a", "containers": ["main"], "cpus_before": "3-4",
+            "cpus_after": "1-2"}
+    assert code == 0 and plan["moves"] == [want]
     assert (plan["before"]["largest_single_numa_whole_cores"], plan["after"]["largest_single_numa_whole_cores"]) == (
         3, 4)
     assert state.read_bytes() == before

@@ -28,7 +28,7 @@ NO_OPTIONS = parse_options(None)
 def state(default, **entries):
     built = CPUState("static", CPUSet.parse(default))
     for key, cpus in entries.items():
-        pod, _, name = key.partition("_")
+        pod, _sep, name = key.partition("_")
         built.set(pod, name, CPUSet.parse(cpus))
     return built
 

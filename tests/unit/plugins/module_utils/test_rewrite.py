@@ -84,9 +84,8 @@ def test_a_container_that_would_lose_cpus_stops_the_whole_rewrite():
     data = checkpoint("0,8", {"pod-a": {"app": "1-7,9-15"}})
     result = rewrite_checkpoint(data, static("0-1,8-9"))
     assert result.data is None and result.moves == []
-    assert result.unfit == [{"pod": "pod-a", "container": "app", "reason": "needs 14 CPUs: not enough cpus available "
-                                                                            "to satisfy request: requested=14, "
-                                                                            "available=12"}]
+    reason = "needs 14 CPUs: not enough cpus available to satisfy request: requested=14, available=12"
+    assert result.unfit == [{"pod": "pod-a", "container": "app", "reason": reason}]
     assert "nothing is rewritten" in result.reason
 
 

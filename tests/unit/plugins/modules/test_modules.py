@@ -19,8 +19,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
     cpu_manager_admission, cpu_manager_allocate, cpu_manager_checkpoint, cpu_manager_defrag, cpu_manager_info,
     cpu_manager_reconcile, cpu_topology_facts)
 
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import (calls, cgroup_cpus, make_node,
-                                                                                   set_cgroup_cpus)
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import (
+    calls, cgroup_cpus, make_node, set_cgroup_cpus)
 
 WEB_UID = "a06b0ffe-e387-47dc-90e2-339fa3fc242a"
 
@@ -262,4 +262,3 @@ def test_defrag_check_mode_then_live_then_nothing_left(tmp_path, capsys):
     assert done["after"]["largest_single_numa_whole_cores"] == 4
     again = run(cpu_manager_defrag, args, capsys)
     assert not again["changed"] and again["moves"] == []
-

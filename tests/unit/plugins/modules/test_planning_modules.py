@@ -10,8 +10,8 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
-from ansible_collections.kubecpu.cpu_manager.plugins.modules import (cpu_manager_info, cpu_manager_kubelet_config,
-                                                                    cpu_manager_reservation)
+from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
+    cpu_manager_info, cpu_manager_kubelet_config, cpu_manager_reservation)
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import calls, make_node
