@@ -218,7 +218,8 @@ class Change(NamedTuple):
                 "num_reserved": len(self.reserved), "policy_options": dict(config.get("cpuManagerPolicyOptions") or {}),
                 "topology_manager_policy": str(config.get("topologyManagerPolicy") or "none"),
                 "topology_manager_scope": str(config.get("topologyManagerScope") or "container"),
-                "topology_manager_policy_options": dict(config.get("topologyManagerPolicyOptions") or {})}
+                "topology_manager_policy_options": dict(config.get("topologyManagerPolicyOptions") or {}),
+                "kubelet_version": self.kubelet.name, "feature_gates": dict(self.kubelet.gates)}
 
     def to_dict(self, state_path: str) -> Dict[str, Any]:
         return {"config": self.config, "changed_keys": self.changed_keys, "config_changed": bool(self.changed_keys),

@@ -122,11 +122,12 @@ def test_kubelet_config_adopts_the_running_pods_on_none_to_static(tmp_path, caps
     state = tmp_path / "cpu_manager_state"
     state.write_bytes(encode(CPUState("none")))
     result = run(cpu_manager_kubelet_config, {
-        "config": KUBEADM, "kubelet_version": "1.35", "num_reserved": 1, "state_path": str(state),
+        "config": KUBEADM, "kubelet_version": "Kubernetes v1.33.2", "num_reserved": 1, "state_path": str(state),
         "topology_path": node["topology"], "runtime": "crictl", "crictl_path": node["crictl"],
         "cgroup_root": node["cgroup"], "state_rewrite": True}, capsys)
     assert result["rc"] == 0, result
     assert [(m["container"], m["cpus_before"], m["cpus_after"]) for m in result["moves"]] == [("main", "0-3", "1-2")]
+    assert result["checkpoint"]["kubelet"] == "1.35"  # an older kubelet follows 1.35's checkpoint rules
     assert json.loads(result["rewritten_state"])["entries"] == {WEB_UID: {"main": "1-2"}}
     assert [argv for argv in calls(node["log"]) if "update" in argv] == []  # the runtime is only read
 
