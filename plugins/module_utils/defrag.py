@@ -106,9 +106,9 @@ class _Pool:
 
 def _units(state: CPUState) -> List[Tuple[str, Tuple[str, ...], FrozenSet[int]]]:
     """The movable units: containers of one pod holding the same CPUs move together; a pod whose containers hold
-    partly overlapping CPUs stays as it is."""
+    partly overlapping CPUs stays as it is, and so does a pod with pod-level exclusive CPUs (kubelet 1.36+)."""
     units: List[Tuple[str, Tuple[str, ...], FrozenSet[int]]] = []
-    for pod in sorted(state.entries):
+    for pod in sorted(set(state.entries) - set(state.pod_entries)):
         groups: Dict[FrozenSet[int], List[str]] = {}
         for name, cpus in sorted(state.entries[pod].items()):
             groups.setdefault(cpus.as_frozenset(), []).append(name)

@@ -83,3 +83,27 @@ def test_the_what_if_report():
     assert admitted["numa_nodes"] == [1] and admitted["cpus"] == "2-3"
     assert next(r for r in report["containers"] if not r["admitted"])["topology"] is True
     assert report["skipped"] == [{"reason": "gone"}]
+
+
+def test_the_what_if_keeps_pod_level_cpus_taken(tmp_path):
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cgroups import CgroupFS
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.container_cache import ContainerCache
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet_versions import kubelet_version
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.manager import NodeManager
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.policy import new_policy
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
+    from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_runtime import FakeRuntime
+    from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
+
+    topo = generated(1, 4, 1)  # 4 single-thread CPUs
+    v137 = kubelet_version("1.37", {"PodLevelResourceManagers": True})
+    store = StateStore(str(tmp_path / "state"), "static", kubelet=v137)
+    store.save(CPUState("static", CPUSet.parse("0,3"), {"p": {"c": CPUSet.parse("1")}},
+                        pod_entries={"p": CPUSet.parse("1-2")}, pod_level=True))
+    runtime = FakeRuntime(str(tmp_path / "cgroup"), "0-3", "0")
+    runtime.add("q", "app", "Guaranteed", 1000)
+    manager = NodeManager(topo, new_policy("static", topo, 1, CPUSet.parse("0")), store, runtime,
+                          cgroups=CgroupFS(str(tmp_path / "cgroup")), cache=ContainerCache())
+    (row,) = [r for r in manager.admission()["containers"] if r["admitted"]]
+    assert row["cpus"] == "3"  # 1 and 2 are the pod-level set of p, 0 is reserved

@@ -139,3 +139,11 @@ def test_every_plan_is_valid_keeps_sizes_and_only_improves(case):
     for pod, _name, cpus in found.state.assignments():
         for cpu in cpus:
             assert owners.setdefault(cpu, pod) == pod
+
+
+def test_pod_level_cpus_stay_where_they_are_and_count_as_taken():
+    before = state("0,2-5,7", a_app="1", b_db="6")
+    before.pod_entries = {"b": CPUSet.parse("6")}  # b's CPUs are a pod-level set (kubelet 1.36+): not moved
+    found = plan_defrag(TWO_NUMA, NO_OPTIONS, before, CPUSet.parse("0,4"))
+    assert [m.pod_uid for m in found.moves] in ([], ["a"]) and found.state.pod_entries == before.pod_entries
+    assert found.state.get("b", "db") == CPUSet.parse("6")
