@@ -46,6 +46,12 @@ options:
         C(align-by-socket) and the others, kubelet names to values).
     type: dict
     default: {}
+  kubelet_version:
+    description:
+      - The kubelet whose placement rules apply (V(1.35), the default, to V(1.38); 1.38 tests whole cores and
+        sockets exactly, which matters on irregular machines).
+    type: str
+    version_added: 0.4.0
 """
 
 EXAMPLES = r"""
@@ -109,6 +115,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.settings import option_map
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import TOPOLOGY_ARGS, run_module
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.discovery import load_topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet_versions import kubelet_version
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.options import parse_options
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.reservation import plan_reservation
 
@@ -119,6 +126,7 @@ def reserve(module: AnsibleModule) -> dict:
         options = parse_options(option_map(params["policy_options"], "policy_options"))
     except OptionError as exc:
         raise OptionError("policy_options: %s" % exc) from None
+    options = options._replace(kubelet_minor=kubelet_version(params["kubelet_version"]).minor)
     topo = load_topology(params["topology_path"], params["sysfs_root"])
     plan = plan_reservation(topo, count=params["count"], per_numa=params["per_numa"],
                             isolcpus_complement=params["isolcpus_complement"], whole_cores=params["whole_cores"],
@@ -134,6 +142,7 @@ def main() -> None:
             "isolcpus_complement": {"type": "bool", "default": False},
             "whole_cores": {"type": "bool", "default": True},
             "policy_options": {"type": "dict", "default": {}},
+            "kubelet_version": {"type": "str"},
             **TOPOLOGY_ARGS,
         },
         mutually_exclusive=[("count", "per_numa")],

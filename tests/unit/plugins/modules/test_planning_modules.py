@@ -36,7 +36,7 @@ def root(tmp_path):
 
 @pytest.mark.parametrize("args,reserved", [
     ({"count": 2}, "0,4"), ({"count": 1}, "0,4"), ({"count": 1, "whole_cores": False}, "0"),
-    ({"per_numa": 1}, "0,2,4,6"),
+    ({"per_numa": 1}, "0,2,4,6"), ({"count": 2, "kubelet_version": "1.38"}, "0,4"),
 ])
 def test_reservation(root, capsys, args, reserved):
     result = run(cpu_manager_reservation, dict(args, sysfs_root=root), capsys, check_mode=True)
@@ -50,6 +50,7 @@ def test_reservation(root, capsys, args, reserved):
     ({"count": 64}, "cannot reserve 64 CPUs on this node: only 8 CPUs there"),
     ({"count": 1, "policy_options": {"bogus": "true"}}, 'policy_options: unknown CPU Manager Policy option: "bogus"'),
     ({"count": 1, "policy_options": {"full-pcpus-only": ["x"]}}, "must be a string or a boolean"),
+    ({"count": 1, "kubelet_version": "1.20"}, "is not one kubecpu knows: 1.35, 1.36, 1.37, 1.38"),
 ])
 def test_reservation_refuses(root, capsys, args, message):
     result = run(cpu_manager_reservation, dict(args, sysfs_root=root), capsys)
