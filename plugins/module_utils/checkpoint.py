@@ -333,13 +333,21 @@ def decode(data: bytes, policy_name: str,
             pod, name = (initial_containers or {})[container_id]
             migrated.setdefault(pod, {})[name] = cpus
         entries = migrated
+    return Restored(restored_state(policy, default, entries, policy_name), version, stored)
+
+
+def restored_state(policy: str, default: str, entries: Mapping[str, Any], policy_name: str,
+                   state: Optional[CPUState] = None) -> CPUState:
+    """The checks after a restore, in the kubelet's order: the policy name, the default set, each entry's set.
+    ``state`` (fresh, its other fields filled) receives them."""
     if policy != policy_name:
         raise RestoreFailure('configured policy "%s" differs from state checkpoint policy "%s"' % (policy_name, policy))
     try:
         default_set = CPUSet.parse(default)
     except CPUSetError as exc:
         raise RestoreFailure('could not parse default cpu set "%s": %s' % (default, exc.detail)) from None
-    state = CPUState(policy, default_set)
+    state = state if state is not None else CPUState(policy)
+    state.default = default_set
     for pod in sorted(entries):
         for name, cpus in sorted((entries[pod] or {}).items()):
             try:
@@ -347,7 +355,7 @@ def decode(data: bytes, policy_name: str,
             except CPUSetError as exc:
                 raise RestoreFailure('could not parse cpuset "%s" for container "%s" in pod "%s": %s'
                                      % (cpus, name, pod, exc.detail)) from None
-    return Restored(state, version, stored)
+    return state
 
 
 # CPUSet is immutable: the sets of a file read again are shared, not parsed again.

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .checkpoint import (Restored, V2_MAP, _attempt, _fold, _go_object, _GoNumber, _Object, _parse_cpus,
-                         _spew_entries, _string, _string_map, _syntax, _TypeError, _UINT64_MAX, checksum, decode,
-                         encode, fnv1a32, go_json_string)
+from .checkpoint import (Restored, V2_MAP, _attempt, _fold, _go_object, _GoNumber, _Object, _spew_entries, _string,
+                         _string_map, _syntax, _TypeError, _UINT64_MAX, checksum, decode, encode, fnv1a32,
+                         go_json_string, restored_state)
 from .cpuset import CPUSet
 from .errors import CPUSetError, RestoreFailure
 from .kubelet_versions import KubeletVersion
@@ -235,19 +235,5 @@ def read(data: bytes, policy_name: str, version: KubeletVersion,
 
 def _restored(fields: Dict[str, Any], pods: Dict[str, CPUSet], baselines: Dict[str, Dict[str, str]], kind: str, *,
               policy_name: str, version: KubeletVersion) -> Restored:
-    policy, default = fields["policy"], fields["default"]
-    if policy != policy_name:
-        raise RestoreFailure('configured policy "%s" differs from state checkpoint policy "%s"' % (policy_name, policy))
-    try:
-        default_set = CPUSet.parse(default)
-    except CPUSetError as exc:
-        raise RestoreFailure('could not parse default cpu set "%s": %s' % (default, exc.detail)) from None
-    state = CPUState(policy, default_set, pod_entries=pods, baselines=baselines, pod_level=version.pod_level)
-    for pod in sorted(fields["entries"]):
-        for name, cpus in sorted(fields["entries"][pod].items()):
-            try:
-                state.set(pod, name, _parse_cpus(cpus))
-            except CPUSetError as exc:
-                raise RestoreFailure('could not parse cpuset "%s" for container "%s" in pod "%s": %s'
-                                     % (cpus, name, pod, exc.detail)) from None
-    return Restored(state, kind, 0)
+    state = CPUState(policy_name, pod_entries=pods, baselines=baselines, pod_level=version.pod_level)
+    return Restored(restored_state(fields["policy"], fields["default"], fields["entries"], policy_name, state), kind, 0)
