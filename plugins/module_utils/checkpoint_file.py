@@ -18,6 +18,7 @@ from .config import NodeConfig
 from .errors import CheckpointError, ConfigError, RestoreFailure, RuntimeUnavailableError, StateError, StoreError
 from .node import build_manager, build_policy, load_topology
 from .plan import Plan
+from .rebuild import rebuild_node
 from .state import CPUState
 from .state_store import StateStore
 from .topology import Topology
@@ -77,7 +78,7 @@ class CheckpointFile:
             state: Optional[CPUState] = self.validated(content.encode("utf-8"))
         elif action == "rebuild":
             with build_manager(self.config, with_runtime=True, topology=self.topology, checks=False) as manager:
-                rebuilt = manager.rebuild()
+                rebuilt = rebuild_node(manager)
             state, errors = rebuilt.after, rebuilt.errors
         else:
             state = None  # reset: the file moves aside and the kubelet starts from a fresh one

@@ -20,6 +20,7 @@ from .checkpoint_file import CheckpointFile
 from .config import (NodeConfig)
 from .cli_args import build_parser, config_arguments
 from .cpuset import CPUSet
+from .defrag import defrag_node
 from .demo import run_demo
 from .discovery import discover
 from .errors import ConfigError, KubecpuError, PodSpecError, StateError, UsageError
@@ -277,7 +278,7 @@ def cmd_defrag(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO
     read_only = StateStore(config.state_path, args.policy, read_only=config.read_only or None).read_only
     with build_manager(config, with_runtime=True, topology=load_topology(args, stdin),
                        checks=not read_only) as manager:
-        plan = manager.defrag(apply=not (args.check or read_only), max_moves=args.max_moves)
+        plan = defrag_node(manager, apply=not (args.check or read_only), max_moves=args.max_moves)
     doc = plan.to_dict()
     if read_only and plan.actions:
         doc["rewritten_state"] = encode(plan.after).decode("utf-8")

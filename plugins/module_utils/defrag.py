@@ -19,10 +19,14 @@ with the fewest free CPUs first (filling half-used cores), and, for a container 
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, List, NamedTuple, Optional, Set, Tuple
+from typing import Dict, FrozenSet, List, NamedTuple, Optional, Set, Tuple, cast
 
 from .cpuset import CPUSet
+from .errors import PolicyError
+from .manager import NodeManager
 from .options import PolicyOptions
+from .plan import Action, Plan
+from .policy import STATIC, StaticPolicy
 from .state import CPUState
 from .topology import Topology
 
@@ -184,3 +188,20 @@ def plan_defrag(topo: Topology, options: PolicyOptions, state: CPUState, reserve
     after_state.default = after_state.default.union(*(m.cpus_before for m in moves)).difference(
         CPUSet().union(*(m.cpus_after for m in moves)))
     return Defrag(moves, before, headroom(topo, CPUSet(pool.free)), after_state)
+
+
+def defrag_node(manager: NodeManager, apply: bool = True, max_moves: Optional[int] = None) -> Plan:
+    """The moves made live under the manager's lock: the state first, then the cpusets through the runtime
+    (``plan.result``: the moves and the headroom before and after)."""
+    policy = manager.policy
+    if policy.name != STATIC:
+        raise PolicyError("defragmentation moves exclusive CPUs, and the %s policy has none" % policy.name)
+    with manager.session(apply) as (state, plan, _pairs):
+        found = plan_defrag(manager.topology, cast(StaticPolicy, policy).options, state, policy.reserved, max_moves)
+        state.entries, state.default = found.state.entries, found.state.default
+        for move in found.moves:
+            for name in move.containers:
+                plan.actions.append(Action("move", "", "", move.pod_uid, name, str(move.cpus_after),
+                                           "defragmentation (was %s)" % move.cpus_before))
+        plan.result = found.to_dict()
+    return plan

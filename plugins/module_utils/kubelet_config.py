@@ -28,7 +28,11 @@ from .options import (ALIGN_BY_SOCKET, DISTRIBUTE_CPUS_ACROSS_CORES, DISTRIBUTE_
 from .policy import NONE, STATIC, new_policy, take_by_topology
 from .quantity import parse_quantity
 from .reservation import plan_reservation
+from .config import NodeConfig
+from .node import build_manager
+from .plan import Plan
 from .rewrite import Adopter, Rewrite, rewrite_checkpoint
+from .state import CPUState
 from .topology import Topology
 from .topology_manager import MAX_ALLOWABLE, POLICIES, PREFER_CLOSEST, SCOPES
 
@@ -435,3 +439,13 @@ def _set_map(config: Dict[str, Any], key: str, value: Dict[str, str]) -> None:
         config[key] = dict(value)
     else:
         config.pop(key, None)
+
+
+def adopter(config: NodeConfig, topology: Topology) -> Adopter:
+    """``NodeManager.adopt`` of a read-only manager for ``config`` (the runtime opened on first use, closed after)."""
+    def adopt(state: CPUState) -> Plan:
+        with build_manager(config._replace(read_only=True), with_runtime=True, topology=topology,
+                           checks=False) as manager:
+            return manager.adopt(state)
+
+    return adopt

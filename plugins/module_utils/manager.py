@@ -19,12 +19,10 @@ from .cgroups import CgroupFS
 from .cpuset import CPUSet
 from .config import ManagerOptions
 from .container_cache import ContainerCache
-from .defrag import plan_defrag
-from .errors import AllocationError, ContainerNotFoundError, PolicyError, SafetyError, StateError, StoreError
+from .errors import AllocationError, ContainerNotFoundError, SafetyError, StateError, StoreError
 from .plan import Action, Plan
 from .pod import Pod
 from .pod_views import Pair, PodView, allocation_target, build_views, find_container
-from .rebuild import rebuild_state
 from .policy import STATIC, Allocation, Policy
 from .resize import BaselineFile, baselines_path, resize_running, sync_baselines
 from .runtime import CREATED, RUNNING, Runtime
@@ -174,9 +172,10 @@ class NodeManager:
         return pairs
 
     @contextlib.contextmanager
-    def _session(self, apply: bool, push: bool = True) -> Iterator[Tuple[CPUState, Plan, List[Pair]]]:
+    def session(self, apply: bool, push: bool = True) -> Iterator[Tuple[CPUState, Plan, List[Pair]]]:
         """Under the state lock: the validated state, a fresh plan and what the runtime shows; on the way out the
-        cgroup targets are planned, the state committed, the updates pushed, and the calls and time accounted."""
+        cgroup targets are planned, the state committed, the updates pushed, and the calls and time accounted.
+        The operations of the node (here, ``defrag.defrag_node``) change the state inside it."""
         started = time.monotonic()
         runtime = self._runtime()
         calls = dict(runtime.calls)
@@ -194,7 +193,7 @@ class NodeManager:
         plan.seconds = time.monotonic() - started
 
     def reconcile(self, apply: bool = True) -> Plan:
-        with self._session(apply) as (state, plan, pairs):
+        with self.session(apply) as (state, plan, pairs):
             views = build_views(pairs)
             self._release_stale(plan, state, views)
             resize_running(self.policy, plan, state, views, self.baselines.load())
@@ -231,34 +230,12 @@ class NodeManager:
             self.cgroup_targets.apply(plan, self._runtime())
         return plan
 
-    def defrag(self, apply: bool = True, max_moves: Optional[int] = None) -> Plan:
-        """Moves that raise what the node can still admit (``defrag.plan_defrag``; ``plan.result``), made live under
-        the lock: the state first, then the cpusets through the runtime."""
-        if self.policy.name != STATIC:
-            raise PolicyError("defragmentation moves exclusive CPUs, and the %s policy has none" % self.policy.name)
-        with self._session(apply) as (state, plan, _pairs):
-            found = plan_defrag(self.topology, self.policy.options, state, self.policy.reserved,  # type: ignore
-                                max_moves)
-            state.entries, state.default = found.state.entries, found.state.default
-            for move in found.moves:
-                for name in move.containers:
-                    plan.actions.append(Action("move", "", "", move.pod_uid, name, str(move.cpus_after),
-                                               "defragmentation (was %s)" % move.cpus_before))
-            plan.result = found.to_dict()
-        return plan
-
-    def rebuild(self) -> Plan:
-        """A checkpoint from what runs (``plan.after``; ``rebuild.rebuild_state``). Writes nothing."""
-        plan = Plan(CPUState(self.policy.name))
-        rebuild_state(self.policy, self.cgroups, self.observe(plan), plan)
-        return plan
-
     def allocate_container(self, container_id: Optional[str] = None, pod_uid: Optional[str] = None, *,
                            container: Optional[str] = None, cpus: Optional[int] = None,
                            numa_affinity: Optional[Sequence[int]] = None, apply: bool = True, push: bool = True,
                            require_runtime_container: bool = True) -> Plan:
         """Allocate for one container (by ID, or by pod UID and name), then sync cpusets node-wide."""
-        with self._session(apply, push) as (state, plan, pairs):
+        with self.session(apply, push) as (state, plan, pairs):
             target, uid, name, model = allocation_target(pairs, container_id, pod_uid, container, cpus=cpus,
                                                          require_runtime_container=require_runtime_container)
             had = state.get(uid, name)
@@ -274,7 +251,7 @@ class NodeManager:
     def release_container(self, container_id: Optional[str] = None, pod_uid: Optional[str] = None, *,
                           container: Optional[str] = None, apply: bool = True, push: bool = True) -> Plan:
         """Release one container's exclusive CPUs; a running container goes back to the shared pool."""
-        with self._session(apply, push) as (state, plan, pairs):
+        with self.session(apply, push) as (state, plan, pairs):
             target = find_container(pairs, container_id, pod_uid, container)
             if target is None and not (pod_uid and container):
                 raise ContainerNotFoundError("container %s not found in the runtime" % container_id, "release",

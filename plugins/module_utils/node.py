@@ -19,13 +19,10 @@ from .crictl import CrictlRuntime, default_endpoint
 from . import discovery
 from .errors import SafetyError, TopologyError
 from .manager import NodeManager
-from .plan import Plan
 from .kubelet_versions import DEFAULT
 from .options import parse_options
 from .policy import STATIC, Policy, StaticPolicy, new_policy
-from .rewrite import Adopter
 from .runtime import Runtime
-from .state import CPUState
 from .state_store import KUBELET_PATH, StateStore
 from .topology import Topology
 
@@ -94,16 +91,6 @@ def check_reservation(policy: Policy) -> None:
         raise SafetyError("the static policy needs at least one reserved CPU when it manages running containers: "
                           "with none, allocations can empty the shared pool and the state stops validating "
                           "(\"default cpuset cannot be empty\"); set reserved_cpus or num_reserved")
-
-
-def adopter(config: NodeConfig, topology: Topology) -> Adopter:
-    """``NodeManager.adopt`` of a read-only manager for ``config`` (the runtime opened on first use, closed after)."""
-    def adopt(state: CPUState) -> Plan:
-        with build_manager(config._replace(read_only=True), with_runtime=True, topology=topology,
-                           checks=False) as manager:
-            return manager.adopt(state)
-
-    return adopt
 
 
 def build_manager(config: NodeConfig, with_runtime: bool = False, topology: Optional[Topology] = None,

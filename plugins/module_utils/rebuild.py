@@ -15,6 +15,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from .cgroups import CgroupFS
 from .cpuset import CPUSet
+from .manager import NodeManager
 from .plan import Action, Plan
 from .pod_views import Pair, build_views
 from .policy import STATIC, Policy
@@ -58,3 +59,10 @@ def rebuild_state(policy: Policy, cgroups: CgroupFS, pairs: Sequence[Pair], plan
         plan.actions.append(Action("allocate", listed.id, listed.pod_ref, listed.pod_uid, listed.name, str(cpus),
                                    "its cgroup holds exactly its integral request, exclusively"))
     return state
+
+
+def rebuild_node(manager: NodeManager) -> Plan:
+    """A checkpoint from what the manager's runtime runs (``plan.after``). Writes nothing."""
+    plan = Plan(CPUState(manager.policy.name))
+    rebuild_state(manager.policy, manager.cgroups, manager.observe(plan), plan)
+    return plan

@@ -88,6 +88,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import imp
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.defrag import defrag_node
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import run_module
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_node import STATE_ARGS, node_config
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
@@ -97,7 +98,7 @@ def defrag(module: AnsibleModule) -> dict:
     config = node_config(module.params)
     with build_manager(config, with_runtime=True, checks=not config.read_only) as manager:
         read_only = manager.store.read_only
-        plan = manager.defrag(apply=not (module.check_mode or read_only), max_moves=module.params["max_moves"])
+        plan = defrag_node(manager, apply=not (module.check_mode or read_only), max_moves=module.params["max_moves"])
     doc = plan.to_dict()
     moved = plan.result or {}
     result = {"changed": bool(moved.get("moves")) and not read_only, "moves": moved.get("moves", []),

@@ -263,10 +263,9 @@ compile_once()  # before the core is imported: each of its modules compiled once
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.settings import num_reserved, reserved_cpus
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import StoreError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet_config import (
-    TOPOLOGY_POLICIES, TOPOLOGY_SCOPES, Desired, plan_change, rewrite_for)
+    TOPOLOGY_POLICIES, TOPOLOGY_SCOPES, Desired, adopter, plan_change, rewrite_for)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import TOPOLOGY_ARGS, run_module
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_node import RUNTIME_ARGS, node_config
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import adopter
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.discovery import load_topology
 
 

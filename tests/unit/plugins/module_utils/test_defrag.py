@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cgroups import CgroupFS
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.container_cache import ContainerCache
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.defrag import headroom, plan_defrag
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.defrag import defrag_node, headroom, plan_defrag
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import PolicyError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.manager import NodeManager
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.options import parse_options
@@ -87,21 +87,21 @@ def test_live_defragmentation_state_first_then_cpusets(tmp_path):
     fragmented = state("0,2-5,7", a_app="1", b_db="6")
     manager.store.save(fragmented)
     manager.push(fragmented)
-    check = manager.defrag(apply=False)
+    check = defrag_node(manager, apply=False)
     assert [(x.action, x.container, x.cpus) for x in check.actions if x.action == "move"] == [("move", "db", "5")]
     assert manager.read_state() == fragmented and runtime.read(b) == "6"
-    done = manager.defrag()
+    done = defrag_node(manager)
     assert manager.read_state().entries == {"a": {"app": CPUSet.parse("1")}, "b": {"db": CPUSet.parse("5")}}
     assert (runtime.read(a), runtime.read(b), runtime.read(shared)) == ("1", "5", "0,2-4,6-7")
     assert done.result["after"]["free_whole_cores"] == 2
-    assert [x.action for x in manager.defrag().actions] == []  # nothing left to do
+    assert [x.action for x in defrag_node(manager).actions] == []  # nothing left to do
 
 
 def test_the_none_policy_has_nothing_to_defragment(tmp_path):
     runtime = FakeRuntime(str(tmp_path / "cgroup"), "0-7", "0-1")
     manager = NodeManager(TWO_NUMA, new_policy("none", TWO_NUMA), StateStore(str(tmp_path / "s"), "none"), runtime)
     with pytest.raises(PolicyError, match="the none policy has none"):
-        manager.defrag()
+        defrag_node(manager)
 
 
 BIG = generated(2, 8, 2, numa_per_socket=2)  # 32 CPUs, 4 NUMA nodes

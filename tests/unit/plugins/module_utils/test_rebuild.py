@@ -9,6 +9,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.container_cach
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.manager import NodeManager
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.policy import new_policy
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.rebuild import rebuild_node
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_runtime import FakeRuntime
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
@@ -31,7 +32,7 @@ def test_the_rebuilt_checkpoint_is_the_lost_one(tmp_path):
     manager.reconcile()
     lost = manager.read_state()
     assert lost.entries == {"pod-a": {"app": CPUSet.parse("1,5")}, "pod-b": {"db": CPUSet.parse("2")}}
-    plan = manager.rebuild()
+    plan = rebuild_node(manager)
     assert plan.after == lost and plan.errors == []
     assert sorted((a.pod_uid, a.container, a.cpus) for a in plan.actions) == [("pod-a", "app", "1,5"),
                                                                               ("pod-b", "db", "2")]
@@ -45,7 +46,7 @@ def test_overlapping_or_reserved_cpusets_are_reported_and_left_to_the_shared_poo
     four = runtime.add("pod-d", "app", "Guaranteed", 2000)  # its cgroup holds 3 CPUs, not its 2
     for cid, cpus in ((one, "3"), (two, "3"), (three, "4"), (four, "5-7")):
         runtime.write("cpuset", runtime.infos[cid].cgroup_path, "cpuset.cpus", cpus)
-    plan = manager.rebuild()
+    plan = rebuild_node(manager)
     assert plan.after.entries == {} and str(plan.after.default) == "0-7"
     assert sorted(e["error"] for e in plan.errors) == [
         "container default/pod-a/app has cpuset 3 but shares CPUs with another container: left to the shared pool",
@@ -56,7 +57,7 @@ def test_overlapping_or_reserved_cpusets_are_reported_and_left_to_the_shared_poo
 def test_a_none_node_rebuilds_to_the_none_file(tmp_path):
     manager, runtime = node(tmp_path, "none")
     runtime.add("pod-a", "app", "Guaranteed", 1000)
-    plan = manager.rebuild()
+    plan = rebuild_node(manager)
     assert plan.after.policy_name == "none" and plan.after.entries == {} and plan.actions == []
 
 
