@@ -15,12 +15,11 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from .agent import Agent, say
-from .checkpoint import encode
 from .checkpoint_file import CheckpointFile
 from .config import (NodeConfig)
 from .cli_args import build_parser, config_arguments
 from .cpuset import CPUSet
-from .defrag import defrag_node
+from .defrag import defrag_config
 from .demo import run_demo
 from .discovery import discover
 from .errors import ConfigError, KubecpuError, PodSpecError, StateError, UsageError
@@ -275,13 +274,11 @@ def cmd_state(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO)
 def cmd_defrag(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     """Live on kubecpu's own state; on a read-only one (the kubelet's) the plan and the checkpoint to write."""
     config = _node_config(args)
-    read_only = StateStore(config.state_path, args.policy, read_only=config.read_only or None).read_only
-    with build_manager(config, with_runtime=True, topology=load_topology(args, stdin),
-                       checks=not read_only) as manager:
-        plan = defrag_node(manager, apply=not (args.check or read_only), max_moves=args.max_moves)
+    plan, rewritten = defrag_config(config, check=args.check, max_moves=args.max_moves,
+                                    topology=load_topology(args, stdin))
     doc = plan.to_dict()
-    if read_only and plan.actions:
-        doc["rewritten_state"] = encode(plan.after).decode("utf-8")
+    if rewritten is not None:
+        doc["rewritten_state"] = rewritten
         err.write("kubecpu: %s is read-only: write rewritten_state with the kubelet stopped "
                   "(kubecpu.cpu_manager.cpu_manager_checkpoint action=write push=true)\n" % config.state_path)
     _emit(out, doc)

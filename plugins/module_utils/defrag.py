@@ -21,13 +21,17 @@ from __future__ import annotations
 
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Set, Tuple, cast
 
+from .checkpoint_formats import write
+from .config import NodeConfig
 from .cpuset import CPUSet
 from .errors import PolicyError
 from .manager import NodeManager
+from .node import build_manager
 from .options import PolicyOptions
 from .plan import Action, Plan
 from .policy import STATIC, StaticPolicy
 from .state import CPUState
+from .state_store import opened_read_only
 from .topology import Topology
 
 Score = Tuple[int, int]  # (most free whole cores on one NUMA node, free whole cores)
@@ -188,6 +192,17 @@ def plan_defrag(topo: Topology, options: PolicyOptions, state: CPUState, reserve
     after_state.default = after_state.default.union(*(m.cpus_before for m in moves)).difference(
         CPUSet().union(*(m.cpus_after for m in moves)))
     return Defrag(moves, before, headroom(topo, CPUSet(pool.free)), after_state)
+
+
+def defrag_config(config: NodeConfig, *, check: bool, max_moves: Optional[int] = None,
+                  topology: Optional[Topology] = None) -> Tuple[Plan, Optional[str]]:
+    """``defrag_node`` for a node's settings: live on kubecpu's own state; on a read-only one (the kubelet's) only
+    planned, with the checkpoint after the moves, in that kubelet's format, to write with the kubelet stopped."""
+    read_only = opened_read_only(config.state_path, config.read_only)
+    with build_manager(config, with_runtime=True, topology=topology, checks=not read_only) as manager:
+        plan = defrag_node(manager, apply=not (check or read_only), max_moves=max_moves)
+    rewritten = write(plan.after, config.kubelet).decode("utf-8") if read_only and plan.actions else None
+    return plan, rewritten
 
 
 def defrag_node(manager: NodeManager, apply: bool = True, max_moves: Optional[int] = None) -> Plan:

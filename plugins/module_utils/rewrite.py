@@ -108,9 +108,10 @@ def _to_none(data: bytes, state: CPUState, policy: Policy, kubelet: KubeletVersi
 
 
 def _adopt(data: Optional[bytes], policy: Policy, adopt: Optional[Adopter], kubelet: KubeletVersion) -> Rewrite:
+    before = NONE if data is not None else None
     if adopt is None:
         return Rewrite(None, [], [], "none -> static adopts the running Guaranteed containers, and no runtime was "
-                       "given to list them", NONE if data is not None else None)
+                       "given to list them", before)
     fresh = CPUState(STATIC)
     policy.start(fresh)
     shared = str(fresh.default)
@@ -118,15 +119,15 @@ def _adopt(data: Optional[bytes], policy: Policy, adopt: Optional[Adopter], kube
         plan = adopt(fresh)
     except ContainerRuntimeError as exc:
         return Rewrite(None, [], [], "none -> static adopts the running Guaranteed containers, and the runtime "
-                       "cannot list them: %s" % exc, NONE if data is not None else None)
+                       "cannot list them: %s" % exc, before)
     unfit = [{"pod": str(e.get("pod", "")), "container": str(e.get("container", "")), "reason": str(e.get("error", ""))}
              for e in plan.errors]
     if unfit:
         return Rewrite(None, [], unfit, "%d running container(s) cannot get exclusive CPUs under the new "
-                       "configuration: nothing is rewritten" % len(unfit), NONE if data is not None else None)
+                       "configuration: nothing is rewritten" % len(unfit), before)
     moves = [Move(action.pod_uid, action.container, shared, action.cpus, "adopted: " + action.reason)
              for action in plan.actions if action.action == "allocate"]
-    return _checked(fresh, policy, moves, NONE if data is not None else None, kubelet)
+    return _checked(fresh, policy, moves, before, kubelet)
 
 
 def _static_to_static(data: bytes, state: CPUState, policy: StaticPolicy, admission: Optional[Admission],

@@ -31,6 +31,13 @@ KUBELET_PATH = "/var/lib/kubelet/cpu_manager_state"
 LOCK_TIMEOUT = 60.0
 
 
+def opened_read_only(path: str, read_only: Optional[bool] = None, *, kubelet_stopped: bool = False) -> bool:
+    """Whether a store on ``path`` is read-only: when asked, and always for the kubelet's own checkpoint unless the
+    caller has stopped the kubelet."""
+    is_kubelets = os.path.realpath(os.path.abspath(path)) == KUBELET_PATH and not kubelet_stopped
+    return bool(read_only) or is_kubelets
+
+
 class StateStore:
     """One checkpoint file for one configured policy."""
 
@@ -43,8 +50,7 @@ class StateStore:
         self.path = os.path.abspath(path)
         self.policy_name = policy_name
         self.kubelet = kubelet  # whose format is read and written
-        is_kubelets = os.path.realpath(self.path) == KUBELET_PATH and not kubelet_stopped
-        self.read_only = is_kubelets if read_only is None else (read_only or is_kubelets)
+        self.read_only = opened_read_only(path, read_only, kubelet_stopped=kubelet_stopped)
         self.lock_timeout = lock_timeout
         self.initial_containers = initial_containers
         self.directory = os.path.dirname(self.path)

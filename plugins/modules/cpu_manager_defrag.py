@@ -87,24 +87,19 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import imp
 
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.defrag import defrag_node
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.defrag import defrag_config
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import run_module
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_node import STATE_ARGS, node_config
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
 
 
 def defrag(module: AnsibleModule) -> dict:
-    config = node_config(module.params)
-    with build_manager(config, with_runtime=True, checks=not config.read_only) as manager:
-        read_only = manager.store.read_only
-        plan = defrag_node(manager, apply=not (module.check_mode or read_only), max_moves=module.params["max_moves"])
+    plan, rewritten = defrag_config(node_config(module.params), check=module.check_mode,
+                                    max_moves=module.params["max_moves"])
     doc = plan.to_dict()
     moved = plan.result or {}
-    result = {"changed": bool(moved.get("moves")) and not read_only, "moves": moved.get("moves", []),
+    result = {"changed": bool(moved.get("moves")) and rewritten is None, "moves": moved.get("moves", []),
               "before": moved.get("before", {}), "after": moved.get("after", {}),
-              "actions": doc["actions"], "errors": doc["errors"],
-              "rewritten_state": encode(plan.after).decode("utf-8") if read_only and moved.get("moves") else None}
+              "actions": doc["actions"], "errors": doc["errors"], "rewritten_state": rewritten}
     if module._diff:
         result["diff"] = {"before": doc["state_before"], "after": doc["state_after"]}
     return result

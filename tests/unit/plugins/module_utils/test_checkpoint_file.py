@@ -9,15 +9,13 @@ import os
 
 import pytest
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint_file import CheckpointFile
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.config import NodeConfig
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (CheckpointError, ConfigError,
                                                                                  StateError, StoreError)
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import (
     calls, cgroup_cpus, make_node, set_cgroup_cpus)
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.checkpoints import checkpoint_file
 
 WEB_UID = "a06b0ffe-e387-47dc-90e2-339fa3fc242a"
 
@@ -34,19 +32,11 @@ def target(node, path, **settings):
     return CheckpointFile(config)
 
 
-def state_file(default, entries, policy="static"):
-    state = CPUState(policy, CPUSet.parse(default))
-    for pod, containers in entries.items():
-        for name, cpus in containers.items():
-            state.set(pod, name, CPUSet.parse(cpus))
-    return encode(state)
-
-
 def test_validate_says_what_the_kubelet_would_say(node, tmp_path):
     path = tmp_path / "state"
     assert target(node, path).validate() == {"changed": False, "exists": False, "valid": True, "error": None,
                                              "state": None}
-    path.write_bytes(state_file("0,3", {"pod": {"app": "1-2"}}))
+    path.write_bytes(checkpoint_file("0,3", {"pod": {"app": "1-2"}}))
     assert target(node, path).validate()["valid"]
     wrong = target(node, path, reserved_cpus="1", num_reserved=None).validate()
     assert not wrong["valid"] and 'not all reserved cpus: "1" are present in defaultCpuSet: "0,3"' in wrong["error"]
@@ -56,9 +46,9 @@ def test_validate_says_what_the_kubelet_would_say(node, tmp_path):
 
 def test_write_keeps_the_old_file_and_refuses_what_the_kubelet_would_refuse(node, tmp_path):
     path = tmp_path / "state"
-    old = state_file("0,3", {"pod": {"app": "1-2"}})
+    old = checkpoint_file("0,3", {"pod": {"app": "1-2"}})
     path.write_bytes(old)
-    new = state_file("0-1", {"pod": {"app": "2-3"}}).decode()
+    new = checkpoint_file("0-1", {"pod": {"app": "2-3"}}).decode()
     planned = target(node, path).run("write", content=new, apply=False)
     assert planned["changed"] and planned["written"] == new and planned["kept"] is None and path.read_bytes() == old
     done = target(node, path).run("write", content=new)
@@ -67,9 +57,9 @@ def test_write_keeps_the_old_file_and_refuses_what_the_kubelet_would_refuse(node
     again = target(node, path).run("write", content=new)
     assert not again["changed"] and again["kept"] is None
     with pytest.raises(StateError, match="overlaps with default cpuset"):
-        target(node, path).run("write", content=state_file("0-2", {"pod": {"app": "2-3"}}).decode())
+        target(node, path).run("write", content=checkpoint_file("0-2", {"pod": {"app": "2-3"}}).decode())
     with pytest.raises(CheckpointError, match='configured policy "static" differs from state checkpoint policy'):
-        target(node, path).run("write", content=state_file("", {}, "none").decode())
+        target(node, path).run("write", content=checkpoint_file("", {}, "none").decode())
     with pytest.raises(ConfigError, match="needs the checkpoint's content"):
         target(node, path).run("write")
     assert path.read_text() == new
@@ -92,7 +82,7 @@ def test_rebuild_finds_the_pinned_container_and_push_applies_the_file(node, tmp_
     rebuilt = target(node, path).run("rebuild")
     assert rebuilt["state"]["entries"] == {WEB_UID: {"main": "1-2"}} and rebuilt["state"]["defaultCpuSet"] == "0,3"
     assert open(rebuilt["kept"], "rb").read() == b"garbage" and json.loads(path.read_text())["entries"]
-    moved = state_file("0-1", {WEB_UID: {"main": "2-3"}}).decode()
+    moved = checkpoint_file("0-1", {WEB_UID: {"main": "2-3"}}).decode()
     pushed = target(node, path).run("write", content=moved, push=True)["pushed"]
     assert {(a["container"], a["cpus"]) for a in pushed["actions"]} >= {("main", "2-3")}
     assert cgroup_cpus(node, web) == "2-3" and cgroup_cpus(node, node["prod/api/app"]) == "0-1"
@@ -101,13 +91,13 @@ def test_rebuild_finds_the_pinned_container_and_push_applies_the_file(node, tmp_
 
 def test_reset_moves_the_file_aside_and_the_none_file_pushes_every_cpu(node, tmp_path):
     path = tmp_path / "state"
-    path.write_bytes(state_file("0,3", {WEB_UID: {"main": "1-2"}}))
+    path.write_bytes(checkpoint_file("0,3", {WEB_UID: {"main": "1-2"}}))
     reset = target(node, path).run("reset")
     assert reset["changed"] and not path.exists() and os.path.exists(reset["kept"]) and reset["written"] is None
     assert not target(node, path).run("reset")["changed"]
     pinned(node, node["prod/web/main"], "1-2", "0,3")
     none = target(node, path, policy="none", num_reserved=None)
-    none.run("write", content=state_file("", {}, "none").decode(), push=True)
+    none.run("write", content=checkpoint_file("", {}, "none").decode(), push=True)
     assert cgroup_cpus(node, node["prod/web/main"]) == "0-3"
 
 

@@ -25,6 +25,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import C
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_runtime import FakeRuntime
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.checkpoints import checkpoint_file
 
 TOPO = generated(2, 4, 2)  # 16 CPUs: core g is CPUs g and g + 8; socket 0 holds cores 0-3
 
@@ -34,26 +35,18 @@ def static(reserved, **options):
                       {k.replace("_", "-"): v for k, v in options.items()} or None)
 
 
-def checkpoint(default, entries, policy="static"):
-    state = CPUState(policy, CPUSet.parse(default))
-    for pod, containers in entries.items():
-        for name, cpus in containers.items():
-            state.set(pod, name, CPUSet.parse(cpus))
-    return encode(state)
-
-
 def read(data, policy="static"):
     return decode(data, policy).state.to_dict()
 
 
 def test_a_file_the_new_configuration_accepts_is_returned_byte_for_byte():
-    data = checkpoint("0,2-8,10-15", {"pod-a": {"app": "1,9"}})
+    data = checkpoint_file("0,2-8,10-15", {"pod-a": {"app": "1,9"}})
     result = rewrite_checkpoint(data, static("0,8", full_pcpus_only="true"))
     assert result.data == data and result.moves == [] and result.unfit == []
 
 
 def test_an_assignment_on_newly_reserved_cpus_moves_and_the_others_stay():
-    data = checkpoint("0,3,5-8,11,13-15", {"pod-a": {"app": "1,9"}, "pod-b": {"db": "2,10"}, "pod-c": {"x": "4,12"}})
+    data = checkpoint_file("0,3,5-8,11,13-15", {"pod-a": {"app": "1,9"}, "pod-b": {"db": "2,10"}, "pod-c": {"x": "4,12"}})
     result = rewrite_checkpoint(data, static("0-1,8-9"))
     after = read(result.data)
     assert after["entries"]["pod-b"] == {"db": "2,10"} and after["entries"]["pod-c"] == {"x": "4,12"}
@@ -65,7 +58,7 @@ def test_an_assignment_on_newly_reserved_cpus_moves_and_the_others_stay():
 
 
 def test_turning_strict_reservation_on_recomputes_the_pool_and_moves_nothing():
-    data = checkpoint("0,2-8,10-15", {"pod-a": {"app": "1,9"}})
+    data = checkpoint_file("0,2-8,10-15", {"pod-a": {"app": "1,9"}})
     policy = static("0,8", strict_cpu_reservation="true")
     with pytest.raises(StateError, match="strictly reserved"):
         policy.start(decode(data, "static").state)
@@ -74,14 +67,14 @@ def test_turning_strict_reservation_on_recomputes_the_pool_and_moves_nothing():
 
 
 def test_containers_of_a_pod_that_shared_cpus_share_the_new_ones():
-    data = checkpoint("0,3-8,11-15", {"pod-a": {"init": "1-2,9-10", "app": "1-2,9-10"}})
+    data = checkpoint_file("0,3-8,11-15", {"pod-a": {"init": "1-2,9-10", "app": "1-2,9-10"}})
     result = rewrite_checkpoint(data, static("0-1,8-9"))
     assert {m.container: m.cpus_after for m in result.moves} == {"init": "2-3,10-11", "app": "2-3,10-11"}
     assert read(result.data)["entries"]["pod-a"] == {"init": "2-3,10-11", "app": "2-3,10-11"}
 
 
 def test_a_container_that_would_lose_cpus_stops_the_whole_rewrite():
-    data = checkpoint("0,8", {"pod-a": {"app": "1-7,9-15"}})
+    data = checkpoint_file("0,8", {"pod-a": {"app": "1-7,9-15"}})
     result = rewrite_checkpoint(data, static("0-1,8-9"))
     assert result.data is None and result.moves == []
     reason = "needs 14 CPUs: not enough cpus available to satisfy request: requested=14, available=12"
@@ -90,7 +83,7 @@ def test_a_container_that_would_lose_cpus_stops_the_whole_rewrite():
 
 
 def test_the_topology_manager_of_the_new_configuration_places_the_moved_container():
-    data = checkpoint("0,4-8,12-15", {"pod-a": {"app": "1,9"}, "pod-b": {"db": "2-3,10-11"}})
+    data = checkpoint_file("0,4-8,12-15", {"pod-a": {"app": "1,9"}, "pod-b": {"db": "2-3,10-11"}})
     admission = Admission(TOPO, "single-numa-node", "container", {})
     result = rewrite_checkpoint(data, static("0-1,8-9"), admission=admission)
     (move,) = result.moves
@@ -98,7 +91,7 @@ def test_the_topology_manager_of_the_new_configuration_places_the_moved_containe
 
 
 def test_static_to_none_is_the_none_file_and_every_pinned_container_goes_back_to_all_cpus():
-    data = checkpoint("0,3-8,11-15", {"pod-a": {"app": "1-2,9-10"}})
+    data = checkpoint_file("0,3-8,11-15", {"pod-a": {"app": "1-2,9-10"}})
     result = rewrite_checkpoint(data, new_policy("none", TOPO))
     assert result.data == empty_file("none") == b'{"policyName":"none","defaultCpuSet":"","checksum":1353318690}'
     assert [(m.container, m.cpus_before, m.cpus_after) for m in result.moves] == [("app", "1-2,9-10", "0-15")]
@@ -140,7 +133,7 @@ def test_none_to_static_names_what_cannot_be_adopted_and_rewrites_nothing(tmp_pa
 
 
 def test_no_rewrite_when_strict_reservation_would_leave_no_shared_cpu():
-    data = checkpoint("0,8", {"pod-a": {"app": "1-7,9-15"}})
+    data = checkpoint_file("0,8", {"pod-a": {"app": "1-7,9-15"}})
     result = rewrite_checkpoint(data, static("0,8", strict_cpu_reservation="true"))
     assert result.data is None and "default cpuset cannot be empty" in result.reason
 

@@ -15,6 +15,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import calls, make_node
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.checkpoints import checkpoint_file
 
 WEB_UID = "a06b0ffe-e387-47dc-90e2-339fa3fc242a"
 
@@ -96,7 +97,7 @@ STATIC_NOW = dict(KUBEADM, cpuManagerPolicy="static", reservedSystemCPUs="0,4")
 
 def test_kubelet_config_rewrites_the_checkpoint_instead_of_a_drain(root, tmp_path, capsys):
     state = tmp_path / "cpu_manager_state"
-    state.write_bytes(_static_file("0,4-7", {"pod-a": {"app": "1-2"}, "pod-b": {"db": "3"}}))
+    state.write_bytes(checkpoint_file("0,4-7", {"pod-a": {"app": "1-2"}, "pod-b": {"db": "3"}}))
     before = state.read_bytes()
     args = {"config": STATIC_NOW, "kubelet_version": "1.35", "reserved_cpus": "0-1,4-5", "state_path": str(state),
             "sysfs_root": root, "state_rewrite": True}
@@ -131,14 +132,6 @@ def test_kubelet_config_adopts_the_running_pods_on_none_to_static(tmp_path, caps
     assert result["checkpoint"]["kubelet"] == "1.35"  # an older kubelet follows 1.35's checkpoint rules
     assert json.loads(result["rewritten_state"])["entries"] == {WEB_UID: {"main": "1-2"}}
     assert [argv for argv in calls(node["log"]) if "update" in argv] == []  # the runtime is only read
-
-
-def _static_file(default, entries):
-    state = CPUState("static", CPUSet.parse(default))
-    for pod, containers in entries.items():
-        for name, cpus in containers.items():
-            state.set(pod, name, CPUSet.parse(cpus))
-    return encode(state)
 
 
 GATES = {"PodLevelResourceManagers": True, "InPlacePodVerticalScalingExclusiveCPUs": True}
