@@ -13,7 +13,7 @@ importlib.import_module("conftest")  # makes the collection and the test helpers
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated  # noqa: E402
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology import Topology  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology  # noqa: E402
 
 
 TOPOLOGIES: List[Tuple[str, Callable[[], Topology]]] = [

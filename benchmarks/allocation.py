@@ -18,7 +18,7 @@ from functools import partial
 
 from _common import TOPOLOGIES, percentiles, timed
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpu_assignment import (
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpu_assignment import (
     take_by_topology_distributed, take_by_topology_packed)
 
 TARGET_MS = {"packed": 1.0, "distributed": 10.0}

@@ -19,11 +19,11 @@ from fractions import Fraction
 from _common import percentiles, timed
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.defrag import plan_defrag
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.pod import GUARANTEED, Container, Pod
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.policy import new_policy
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.defrag import plan_defrag
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.pod import GUARANTEED, Container, Pod
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 
 TOPO = generated(2, 64, 2, 4, 8)
 RESERVED = CPUSet.parse("0,128")

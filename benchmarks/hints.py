@@ -22,11 +22,11 @@ from functools import partial
 from _common import percentiles, timed
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.hints import (
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.hints import (
     TopologyHint, _Machine, container_hints, generate, iterate_masks)
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.options import PolicyOptions
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology_manager import (
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.options import PolicyOptions
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology_manager import (
     POLICIES, Candidate, TopologyManager, _filter_providers, mask_of)
 
 MS = 1000.0

@@ -30,11 +30,11 @@ import time
 
 from _common import percentiles  # also sets up the import path
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cgroups import CgroupFS
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.container_cache import ContainerCache
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.manager import NodeManager
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.policy import new_policy
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroups import CgroupFS
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.container_cache import ContainerCache
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.manager import NodeManager
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import make_node
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_runtime import FakeRuntime
@@ -210,8 +210,8 @@ def bench_latency(quick):
 def bench_nri(quick):
     """The NRI plugin: its reply to CreateContainer in-process with 0 / 50 / 250 containers known, and on the real
     containerd 1.7.24 the first instruction's CPUs."""
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.nri_api import PLUGIN_SERVICE, schema
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.nri_plugin import NRIPlugin, NRIView
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.nri_api import PLUGIN_SERVICE, schema
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.nri_plugin import NRIPlugin, NRIView
 
     pb = schema()
     rounds = 5 if quick else 50
@@ -283,7 +283,7 @@ def bench_outage(quick):
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     import lab as lab_module
 
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 
     if lab_module.missing_requirements():
         print("4. containerd killed mid-loop: skipped")

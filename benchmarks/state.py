@@ -23,13 +23,13 @@ from typing import Callable, List
 
 from _common import generated, percentiles, timed
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import checkpoint
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.pod import Pod
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.policy import StaticPolicy
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet import checkpoint
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import encode
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.pod import Pod
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import StaticPolicy
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.atomic import fsync_directory
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
 
 
 def _pod(uid: str) -> Pod:

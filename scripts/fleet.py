@@ -30,9 +30,9 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 importlib.import_module("conftest")  # makes ansible_collections.kubecpu.cpu_manager importable
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_crictl  # noqa: E402
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs  # noqa: E402
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode  # noqa: E402
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet  # noqa: E402
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import encode  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState  # noqa: E402
 
 KINDS = ("kubelet-none", "kubelet-static", "agent", "kubelet-moved")
 KUBEADM_CONFIG = """apiVersion: kubelet.config.k8s.io/v1beta1

@@ -32,7 +32,7 @@ importlib.import_module("conftest")  # makes the collection importable from a ch
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import cri_grpc  # noqa: E402
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ContainerRuntimeError  # noqa: E402
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.proto_schema import Schema  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.wire.proto_schema import Schema  # noqa: E402
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.cri_units import (  # noqa: E402
     milli_to_quota, milli_to_shares)
 

@@ -68,18 +68,19 @@ skipped:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import import compile_once
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.zip_import import compile_once
 
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import run_module
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_node import STATE_ARGS, node_config
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import run_module
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_node import STATE_ARGS, node_config
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.factory import build_manager
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.what_if import readmission
 
 
 def admission(module: AnsibleModule) -> dict:
     with build_manager(node_config(module.params, read_only=True), with_runtime=True, checks=False) as manager:
-        result = manager.admission()
+        result = readmission(manager)
     result["changed"] = False
     return result
 

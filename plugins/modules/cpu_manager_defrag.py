@@ -83,13 +83,13 @@ rewritten_state:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import import compile_once
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.zip_import import compile_once
 
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.defrag import defrag_config
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import run_module
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_node import STATE_ARGS, node_config
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.defrag import defrag_config
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import run_module
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_node import STATE_ARGS, node_config
 
 
 def defrag(module: AnsibleModule) -> dict:

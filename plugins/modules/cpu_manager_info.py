@@ -143,15 +143,15 @@ cpus:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import import compile_once
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.zip_import import compile_once
 
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ContainerRuntimeError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.info import node_info
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import run_module
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_node import STATE_ARGS, node_config
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import (
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.info import node_info
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import run_module
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_node import STATE_ARGS, node_config
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.factory import (
     build_manager, build_runtime, recorded_policy)
 
 

@@ -256,17 +256,20 @@ notes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import import compile_once
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.zip_import import compile_once
 
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.settings import num_reserved, reserved_cpus
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.settings import num_reserved, reserved_cpus
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import StoreError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet_config import (
-    TOPOLOGY_POLICIES, TOPOLOGY_SCOPES, Desired, adopter, plan_change, rewrite_for)
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import TOPOLOGY_ARGS, run_module
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_node import RUNTIME_ARGS, node_config
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.discovery import load_topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import (
+    Desired, adopter, plan_change, rewrite_for)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology_manager import POLICIES, SCOPES
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import (
+    TOPOLOGY_ARGS, run_module)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_node import (
+    RUNTIME_ARGS, node_config)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import load_topology
 
 
 def read_state(path: str):
@@ -310,8 +313,8 @@ def main() -> None:
             "reconcile_period": {"type": "str"},
             "reserved_cpus": {"type": "str"},
             "num_reserved": {"type": "int"},
-            "topology_manager_policy": {"type": "str", "choices": list(TOPOLOGY_POLICIES)},
-            "topology_manager_scope": {"type": "str", "choices": list(TOPOLOGY_SCOPES)},
+            "topology_manager_policy": {"type": "str", "choices": list(POLICIES)},
+            "topology_manager_scope": {"type": "str", "choices": list(SCOPES)},
             "topology_manager_policy_options": {"type": "dict"},
             "state_path": {"type": "path", "default": "/var/lib/kubelet/cpu_manager_state"},
             "state_rewrite": {"type": "bool", "default": False},

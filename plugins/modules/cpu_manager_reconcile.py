@@ -100,13 +100,14 @@ state_file:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import import compile_once
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.zip_import import compile_once
 
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import plan_result, run_module
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_node import STATE_ARGS, node_config
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import (
+    plan_result, run_module)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_node import STATE_ARGS, node_config
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.factory import build_manager
 
 
 def reconcile(module: AnsibleModule) -> dict:

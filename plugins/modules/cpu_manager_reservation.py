@@ -107,17 +107,18 @@ notes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import import compile_once
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.zip_import import compile_once
 
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import OptionError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.settings import option_map
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import TOPOLOGY_ARGS, run_module
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.discovery import load_topology
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet_versions import kubelet_version
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.options import parse_options
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.reservation import plan_reservation
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.settings import option_map
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import (
+    TOPOLOGY_ARGS, run_module)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import load_topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.kubelet_versions import kubelet_version
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.options import parse_options
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.reservation import plan_reservation
 
 
 def reserve(module: AnsibleModule) -> dict:

@@ -48,13 +48,14 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.zip_import import compile_once
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.zip_import import compile_once
 
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.module_common import TOPOLOGY_ARGS, run_module
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.discovery import load_topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import (
+    TOPOLOGY_ARGS, run_module)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import load_topology
 
 
 def facts(module: AnsibleModule) -> dict:

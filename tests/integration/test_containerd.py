@@ -181,7 +181,7 @@ def _thread_cpus(pid):
 
 
 def lab_cpuset(text):
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
     return CPUSet.parse(text)
 
 
@@ -207,8 +207,8 @@ class Vanishing:
 
 
 def test_containers_vanishing_in_the_middle_of_a_pass_are_skipped(lab, pods, tmp_path):
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.config import NodeConfig
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import NodeConfig
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.factory import build_manager
 
     runtime = Vanishing(lab)
     config = NodeConfig(state_path=str(tmp_path / "state"), num_reserved=1, runtime="cri",
@@ -247,9 +247,9 @@ def read_cgroup(controller, path, name):
 
 
 def test_unlimited_cpu_quota_and_memory_alignment_are_applied_and_restored(lab, pods, tmp_path):
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.config import ManagerOptions
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.config import NodeConfig
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import ManagerOptions
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import NodeConfig
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.factory import build_manager
 
     pod = pods("quota", "Guaranteed", [{"name": "app", "cpu": 1000}])
     cid = pod["containers"]["app"]
@@ -280,8 +280,8 @@ def test_agent_and_one_shot_passes_together_never_double_book(lab, pods, tmp_pat
     pods compete for the one CPU that can be exclusive, and the pinned pod goes away half-way."""
     import concurrent.futures
 
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.config import NodeConfig
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import NodeConfig
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.factory import build_manager
 
     state = tmp_path / "state"
     agent = subprocess.Popen(

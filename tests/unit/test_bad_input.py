@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import cli
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces import cli
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import encode
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
     cpu_manager_admission, cpu_manager_allocate, cpu_manager_checkpoint, cpu_manager_defrag, cpu_manager_info,
     cpu_manager_kubelet_config, cpu_manager_reconcile, cpu_manager_reservation, cpu_topology_facts)

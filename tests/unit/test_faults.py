@@ -17,16 +17,16 @@ import time
 import ansible
 import pytest
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.container_cache import ContainerCache
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import encode
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.container_cache import ContainerCache
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import StoreError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.metrics import Metrics
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.config import NodeConfig
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import build_manager
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime import ContainerInfo
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.metrics import Metrics
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import NodeConfig
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.factory import build_manager
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.model import ContainerInfo
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_crictl
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import ROOT, collections_path
@@ -159,8 +159,9 @@ def test_a_hundred_module_allocations_and_the_agent_together(tmp_path):
             runs[uid] = subprocess.Popen([sys.executable, module, str(args)], env=env, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True)
         results = {uid: run.communicate(timeout=300) for uid, run in runs.items()}
-        assert [run.returncode for run in runs.values()] == [0] * 100, [
-            json.loads(out)["msg"] if out.startswith("{") else err[-500:] for out, err in results.values()][:3]
+        assert [run.returncode for run in runs.values()] == [0] * 100, [  # the first three failures' messages
+            json.loads(out)["msg"] if out.strip().startswith("{") else err[-500:]
+            for run, (out, err) in zip(runs.values(), results.values()) if run.returncode][:3]
         deadline = time.monotonic() + 60
         while not all(fake_crictl.cgroup_cpus(node, cid) != "0-127" for cid in added.values()):
             assert time.monotonic() < deadline, "the agent did not apply the allocations"

@@ -12,8 +12,8 @@ from itertools import combinations
 from typing import Any, Dict, List
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import KubecpuError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.options import ALL_OPTIONS, parse_options
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.policy import allocate_cpus
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.options import ALL_OPTIONS, parse_options
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import allocate_cpus
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
 
 TOPOLOGIES = {"gen-2x4x2-2numa": lambda: generated(2, 4, 2, 2), "gen-2x8x2-4numa": lambda: generated(2, 8, 2, 4, 4),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import encode
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 
 
 def checkpoint_file(default: str, entries: Mapping[str, Mapping[str, str]], policy: str = "static") -> bytes:

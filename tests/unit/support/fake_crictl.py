@@ -127,7 +127,7 @@ def make_node(directory: str, cpus: str = "0-3") -> Dict[str, str]:
     with open(script, "w", encoding="utf-8") as handle:
         handle.write(SCRIPT % {"python": sys.executable, "here": directory})
     os.chmod(script, os.stat(script).st_mode | stat.S_IEXEC)
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
     topology = {"format": "kubecpu.topology/v1", "source": "file",
                 "cpus": [{"cpu": c, "core": c, "socket": 0, "numa": 0, "uncore": 0} for c in CPUSet.parse(cpus)]}
     with open(os.path.join(directory, "topology.json"), "w", encoding="utf-8") as handle:

@@ -8,10 +8,10 @@ import hashlib
 import os
 from typing import Dict, List, Optional
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (ContainerNotFoundError,
                                                                                  RuntimeUnavailableError)
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime import (EXITED, RUNNING, ContainerInfo,
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.model import (EXITED, RUNNING, ContainerInfo,
                                                                                   ListedContainer, RuntimeBase)
 
 from .cri_units import milli_to_quota, milli_to_shares

@@ -22,7 +22,7 @@ def _write(path: str, text: str) -> None:
 
 
 def _cpulist(cpus: Iterable[int]) -> str:
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
     return str(CPUSet(cpus))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import List
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology import CPUInfo, Topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import CPUInfo, Topology
 
 
 def generated_cpus(sockets: int, cores: int, threads: int, numa_per_socket: int = 1,

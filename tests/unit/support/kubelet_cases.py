@@ -7,7 +7,7 @@ import os
 from functools import cache
 from typing import Any, Dict, List
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.topology import CPUInfo, Counters, Topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import CPUInfo, Counters, Topology
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))))
 SHARED = os.environ.get("KUBECPU_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
@@ -16,7 +16,7 @@ CASES = os.path.join(SHARED, "kubelet-cases")
 
 def collections_path() -> str:
     """The directory holding ansible_collections/: what a child process needs on PYTHONPATH to import the collection."""
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import topology
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet import topology
     return os.path.abspath(os.path.join(os.path.dirname(topology.__file__), *[os.pardir] * 5))
 
 

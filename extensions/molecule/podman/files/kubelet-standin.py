@@ -20,12 +20,12 @@ import sys
 import yaml
 
 sys.path.insert(0, "/opt/kubelet-standin")
-from kubecpu_core.checkpoint import RestoreFailure, decode, encode
-from kubecpu_core.cpuset import CPUSet
-from kubecpu_core.discovery import discover
+from kubecpu_core.kubelet.checkpoint import RestoreFailure, decode, encode
+from kubecpu_core.kubelet.cpuset import CPUSet
+from kubecpu_core.kubelet.discovery import discover
 from kubecpu_core.errors import KubecpuError
-from kubecpu_core.policy import new_policy
-from kubecpu_core.state import CPUState
+from kubecpu_core.kubelet.policy import new_policy
+from kubecpu_core.kubelet.state import CPUState
 
 STATE = "/var/lib/kubelet/cpu_manager_state"
 

@@ -7,7 +7,6 @@ import errno
 import os
 
 import pytest
-
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import atomic
 
 

@@ -8,18 +8,17 @@ import shutil
 import tempfile
 
 import pytest
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (AllocationError, SMTAlignmentError,
+                                                                                 StateError)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.options import EXCLUSIVE_PAIRS, PolicyOptions
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.pod import Pod
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import StaticPolicy, plan
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (
-    AllocationError, SMTAlignmentError, StateError)
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.options import EXCLUSIVE_PAIRS, PolicyOptions
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.pod import Pod
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.policy import StaticPolicy, plan
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state_store import StateStore
 
 DOCUMENTED = ("not enough cpus available to satisfy request: ", "SMT Alignment Error: ")
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint import encode
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import encode
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
     cpu_manager_info, cpu_manager_kubelet_config, cpu_manager_reservation)
 
@@ -139,8 +139,8 @@ V137 = dict(KUBEADM, cpuManagerPolicy="static", reservedSystemCPUs="0,8", featur
 
 
 def _v137_file():
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint_formats import write
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet_versions import kubelet_version
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint_formats import write
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.kubelet_versions import kubelet_version
 
     state = CPUState("static", CPUSet.parse("0,4-8,12-15"),
                      {"pod-a": {"app": CPUSet.parse("1,9"), "side": CPUSet.parse("2,10")},
@@ -178,8 +178,8 @@ def test_a_1_37_checkpoint_with_pod_entries_and_baselines_is_rewritten_with_noth
 
 
 def test_the_verdict_follows_the_kubelet_version(root16, tmp_path, capsys):
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.checkpoint_formats import write
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet_versions import kubelet_version
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint_formats import write
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.kubelet_versions import kubelet_version
 
     state = tmp_path / "cpu_manager_state"
     v3 = CPUState("static", CPUSet.parse("0,4-8,12-15"), {"pod-b": {"db": CPUSet.parse("3,11")}},

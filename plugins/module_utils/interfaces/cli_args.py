@@ -1,0 +1,270 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""``kubecpu``'s command line: the sub-commands, their flags and how each flag's text is parsed (a bad flag is a
+``UsageError``, exit 2), and the JSON configuration file read as flags. The commands themselves are ``cli``'s."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, List, Tuple
+
+from ..errors import CPUSetError, UsageError
+from ..kubelet.cpuset import CPUSet
+from ..kubelet.options import ALL_OPTIONS
+from ..kubelet.policy import POLICY_NAMES, STATIC
+from ..kubelet.topology_manager import POLICIES, SCOPES
+from ..node.config import (DEFAULT_CGROUP_ROOT, DEFAULT_STATE_PATH, ISOLATED_MODES, KUBELET_STATE_PATH, QUOTA_MODES,
+                           RUNTIMES)
+from ..runtime.model import DEFAULT_TIMEOUT
+from ..runtime.nri_api import DEFAULT_INDEX, DEFAULT_NAME, DEFAULT_SOCKET
+from ..services.agent import parse_duration
+
+VERSION = "0.3.0"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse's own usage errors: exit 2 with usage
+        self.print_usage(sys.stderr)
+        raise UsageError("%s: error: %s" % (self.prog, message))
+
+
+def _cpuset_arg(text: str) -> CPUSet:
+    try:
+        return CPUSet.parse(text)
+    except CPUSetError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _count_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError('invalid count "%s": a whole number is expected' % text) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError('invalid count "%s": must not be negative' % text)
+    return value
+
+
+def _topology_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--topology", metavar="FILE", help="topology JSON (kubecpu.topology/v1); - reads stdin")
+    group.add_argument("--sysfs-root", metavar="DIR", help="discover from sysfs below DIR (default /)")
+
+
+def _policy_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--option", action="append", metavar="NAME[=VALUE]", default=[],
+                        help="static policy option (%s); a bare name means true" % ", ".join(ALL_OPTIONS))
+
+
+def _state_args(parser: argparse.ArgumentParser) -> None:
+    _topology_args(parser)
+    _policy_args(parser)
+    parser.add_argument("--state", metavar="FILE", default=DEFAULT_STATE_PATH,
+                        help="checkpoint file (default %(default)s)")
+    parser.add_argument("--policy", choices=POLICY_NAMES, default=STATIC, help="CPU manager policy")
+    parser.add_argument("--num-reserved", type=_count_arg, metavar="N",
+                        help="number of reserved CPUs, chosen by topology unless --reserved-cpus lists them")
+    parser.add_argument("--reserved-cpus", type=_cpuset_arg, metavar="CPUSET",
+                        help="explicit reserved CPUs (alone, implies --num-reserved)")
+    parser.add_argument("--read-only", action="store_true",
+                        help="never write the state file (implied for the kubelet's own checkpoint)")
+    _kubelet_args(parser)
+
+
+def _kubelet_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubelet-version", metavar="X.Y",
+                        help="the kubelet whose checkpoint format and allocation rules apply: 1.35 (default), 1.36, "
+                             "1.37, 1.38")
+    parser.add_argument("--feature-gate", action="append", default=[], metavar="NAME=BOOL",
+                        help="a kubelet feature gate (PodLevelResourceManagers, "
+                             "InPlacePodVerticalScalingExclusiveCPUs); repeatable")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kubecpu", description="Kubernetes-grade CPU pinning: the kubelet static CPU "
+                     "manager policy on a node.")
+    parser.add_argument("--version", action="version", version="kubecpu " + VERSION)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("topology", help="print this node's CPU topology as JSON")
+    _topology_args(p)
+
+    p = sub.add_parser("plan", help="what the static policy would give a container asking for N CPUs")
+    _topology_args(p)
+    _policy_args(p)
+    _kubelet_args(p)
+    p.add_argument("--available", required=True, type=_cpuset_arg, metavar="CPUSET", help="the free CPUs")
+    p.add_argument("--count", required=True, type=_count_arg, metavar="N", help="exclusive CPUs requested")
+    p.add_argument("--numa-affinity", type=_cpuset_arg, metavar="NODES", help="preferred NUMA nodes (hint)")
+
+    p = sub.add_parser("hints", help="the CPU manager's topology hints for a request (GetTopologyHints)")
+    _topology_args(p)
+    _policy_args(p)
+    _kubelet_args(p)  # the hints themselves are the same for 1.35-1.38
+    p.add_argument("--available", required=True, type=_cpuset_arg, metavar="CPUSET",
+                   help="CPUs free for exclusive use (the default set minus the reserved CPUs)")
+    p.add_argument("--count", required=True, type=_count_arg, metavar="N", help="the guaranteed CPUs requested")
+    p.add_argument("--reusable", type=_cpuset_arg, default=CPUSet(), metavar="CPUSET",
+                   help="CPUs of the pod's finished init containers")
+    p.add_argument("--assigned", type=_cpuset_arg, metavar="CPUSET", help="container scope: the CPUs it holds")
+    p.add_argument("--scope", choices=("container", "pod"), default="container")
+    p.add_argument("--pod-assigned", action="append", type=_pod_assigned_arg, default=[], metavar="R:CPUSET",
+                   help="pod scope: a container holding CPUs (its request R and its CPUs); repeatable")
+
+    p = sub.add_parser("merge", help="the Topology Manager's merge and admission of hint providers' answers")
+    p.add_argument("--policy", required=True, metavar="POLICY", help="none, best-effort, restricted, single-numa-node")
+    p.add_argument("--numa-nodes", required=True, type=_cpuset_arg, metavar="LIST", help="the machine's NUMA nodes")
+    p.add_argument("--hints", required=True, metavar="FILE", help="the providers' hints (JSON list); - reads stdin")
+    p.add_argument("--numa-distances", metavar="FILE", help="JSON: node id -> distance row (prefer-closest-numa-nodes)")
+    p.add_argument("--option", action="append", metavar="NAME[=VALUE]", default=[],
+                   help="prefer-closest-numa-nodes=BOOL, max-allowable-numa-nodes=INT")
+
+    p = sub.add_parser("allocate", help="allocate CPUs for a container and record them in the state")
+    _state_args(p)
+    p.add_argument("--pod", required=True, metavar="FILE", help="pod JSON; - reads stdin")
+    p.add_argument("--container", required=True, metavar="NAME")
+    p.add_argument("--numa-affinity", type=_cpuset_arg, metavar="NODES", help="preferred NUMA nodes (hint)")
+    _topology_manager_args(p)
+
+    p = sub.add_parser("release", help="release a container's exclusive CPUs")
+    _state_args(p)
+    p.add_argument("--pod-uid", required=True, metavar="UID")
+    p.add_argument("--container", required=True, metavar="NAME")
+
+    p = sub.add_parser("state", help="print (and with a topology, validate) the checkpoint")
+    _state_args(p)
+    p.add_argument("--reset", action="store_true",
+                   help="explicit recovery: move the current file aside and start from a fresh state")
+    p.add_argument("--rebuild", action="store_true",
+                   help="rebuild the checkpoint from what runs (runtime and cgroupfs); the old file is kept aside")
+    p.add_argument("--kubelet-stopped", action="store_true",
+                   help="the kubelet is stopped: its own checkpoint may be rebuilt or reset")
+    p.add_argument("--check", action="store_true", help="with --rebuild, print the file it would write")
+    _runtime_args(p)
+
+    p = sub.add_parser("reconcile", help="one reconcile pass against the container runtime (or --loop: the agent)")
+    _state_args(p)
+    _runtime_args(p)
+    p.add_argument("--loop", action="store_true", help="run as the agent: a pass every --period until SIGTERM")
+    p.add_argument("--period", type=_duration_arg, default=10.0, metavar="DURATION",
+                   help="time between passes with --loop (10s, 500ms, 1m; default 10s)")
+    p.add_argument("--no-watch", action="store_true",
+                   help="with --loop, pass every --period only (default: also when a container cgroup comes or goes)")
+    p.add_argument("--check", action="store_true", help="only report the plan: change nothing")
+    _service_args(p, "pass", '"period": "1s"')
+
+    p = sub.add_parser("defrag", help="move pinned containers so that larger whole-core requests fit again")
+    _state_args(p)
+    _runtime_args(p)
+    p.add_argument("--check", action="store_true", help="only print the moves: change nothing")
+    p.add_argument("--max-moves", type=_count_arg, metavar="N", help="at most N moves (default: as many as help)")
+
+    p = sub.add_parser("nri", help="run as an NRI plugin: containers get their CPUs before they are created")
+    _state_args(p)
+    _runtime_args(p)
+    p.add_argument("--socket", default=DEFAULT_SOCKET, metavar="PATH",
+                   help="the runtime's NRI socket (default %(default)s)")
+    p.add_argument("--plugin-name", default=DEFAULT_NAME, metavar="NAME", help="plugin name (default %(default)s)")
+    p.add_argument("--plugin-index", default=DEFAULT_INDEX, metavar="NN",
+                   help="plugin index, two digits (default %(default)s)")
+    _service_args(p, "event", '"socket": "/x.sock"')
+
+    p = sub.add_parser("demo", help="discover this node and show what the static policy gives sample pods")
+    _topology_args(p)
+    _policy_args(p)
+    p.add_argument("--num-reserved", type=_count_arg, default=1, metavar="N", help="reserved CPUs (default 1)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def _service_args(parser: argparse.ArgumentParser, after: str, example: str) -> None:
+    """The flags of the long-running commands (the agent, the NRI plugin): metrics and a configuration file."""
+    parser.add_argument("--metrics-path", metavar="FILE",
+                        help="write Prometheus textfile metrics here after each %s" % after)
+    parser.add_argument("--config", metavar="FILE",
+                        help="JSON object of these options by long name (%s); flags given here win" % example)
+
+
+def _duration_arg(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _seconds_arg(text: str) -> float:
+    """A number of seconds (its range is the configuration's to check)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError('invalid timeout "%s": seconds expected' % text) from None
+
+
+def _runtime_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runtime", choices=RUNTIMES, default="crictl", help="runtime backend (default crictl)")
+    parser.add_argument("--runtime-endpoint", metavar="URL",
+                        help="CRI endpoint, e.g. unix:///run/containerd/containerd.sock (default: what crictl uses)")
+    parser.add_argument("--crictl", default="crictl", metavar="PATH", help="crictl binary (default: from PATH)")
+    parser.add_argument("--runtime-timeout", type=_seconds_arg, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help="timeout of each runtime call (default 2)")
+    parser.add_argument("--cgroup-root", default=DEFAULT_CGROUP_ROOT, metavar="DIR",
+                        help="cgroupfs mount (default %(default)s)")
+    parser.add_argument("--kubelet-state", default=KUBELET_STATE_PATH, metavar="FILE",
+                        help="the kubelet's checkpoint: kubecpu refuses to act when it says static")
+    parser.add_argument("--force", action="store_true", help="act even though the kubelet pins CPUs itself")
+    parser.add_argument("--cache", metavar="FILE", help="container cache (default <state>.containers.json)")
+    parser.add_argument("--isolated-cpus", choices=ISOLATED_MODES, default="ignore",
+                        help="take exclusive CPUs from the isolcpus set first (prefer) or only (only)")
+    parser.add_argument("--align-memory", action="store_true",
+                        help="set cpuset.mems of pinned containers to the NUMA nodes of their CPUs")
+    parser.add_argument("--cpu-quota", choices=QUOTA_MODES, default="keep",
+                        help="unlimited: no CFS quota for exclusively pinned containers and their pods")
+    _topology_manager_args(parser)
+
+
+def _topology_manager_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topology-manager-policy", choices=POLICIES, default="none",
+                        help="merge the CPU hints under this policy first and allocate inside the merged affinity")
+    parser.add_argument("--topology-manager-scope", choices=SCOPES, default="container")
+    parser.add_argument("--topology-manager-option", action="append", default=[], metavar="NAME[=VALUE]",
+                        help="prefer-closest-numa-nodes, max-allowable-numa-nodes=N")
+
+
+def _pod_assigned_arg(text: str) -> Tuple[int, CPUSet]:
+    request, sep, cpus = text.partition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError('invalid --pod-assigned "%s": expected R:CPUSET' % text)
+    return _count_arg(request), _cpuset_arg(cpus)
+
+
+def config_arguments(path: str) -> List[str]:
+    """A JSON configuration file as command-line arguments (validated by the same parser as the flags)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except OSError as exc:
+        raise UsageError("cannot read configuration file %s: %s" % (path, exc.strerror or exc)) from None
+    except ValueError as exc:
+        raise UsageError("configuration file %s is not valid JSON: %s" % (path, exc)) from None
+    if not isinstance(doc, dict):
+        raise UsageError("configuration file %s must hold a JSON object of option names to values" % path)
+    argv: List[str] = []
+    for key, value in doc.items():
+        flag = "--" + str(key).replace("_", "-")
+        if flag == "--config" or not str(key).replace("_", "-").replace("-", "").isalnum():
+            raise UsageError("configuration file %s: unknown option %r" % (path, key))
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            if item is True:
+                argv.append(flag)
+            elif item is None or item is False:
+                continue
+            elif isinstance(item, (str, int, float)):
+                argv.append("%s=%s" % (flag, item))
+            else:
+                raise UsageError("configuration file %s: option %s must be a string, number, boolean or list"
+                                 % (path, key))
+    return argv

@@ -1,0 +1,42 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""The thin adapter between AnsibleModule and the core: the topology options, plan results and error handling.
+
+It imports no more of the core than ``errors``, so a module that only reads the topology ships only that; the
+modules that manage a node add ``module_node``. The only file under module_utils that imports Ansible;
+``bin/kubecpu`` imports neither (the agent's package leaves both out).
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, Callable, Dict, List
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ..errors import KubecpuError
+
+TOPOLOGY_ARGS: Dict[str, Dict[str, Any]] = {  # doc fragment kubecpu.cpu_manager.cpu_manager.topology
+    "sysfs_root": {"type": "path", "default": "/"},
+    "topology_path": {"type": "path"},
+}
+
+
+def plan_result(module: AnsibleModule, doc: Dict[str, Any], keys: List[str]) -> Dict[str, Any]:
+    """The keys of a plan's document a module returns, its diff (state before and after), errors as warnings."""
+    result = {key: doc[key] for key in keys}
+    if module._diff:  # pylint: disable=protected-access
+        result["diff"] = {"before": doc["state_before"], "after": doc["state_after"]}
+    for error in doc["errors"]:
+        module.warn("%s/%s: %s" % (error.get("pod", ""), error.get("container", ""), error["error"]))
+    return result
+
+
+def run_module(module: AnsibleModule, body: Callable[[AnsibleModule], Dict[str, Any]]) -> None:
+    """Run ``body``; domain errors become fail_json with their message, anything else too (no traceback)."""
+    try:
+        module.exit_json(**body(module))
+    except KubecpuError as exc:
+        module.fail_json(msg=str(exc), error_type=type(exc).__name__)
+    except Exception as exc:  # pylint: disable=broad-except  # a module never dies with a traceback
+        module.fail_json(msg="unexpected %s: %s" % (type(exc).__name__, exc), exception=traceback.format_exc())

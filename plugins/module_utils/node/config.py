@@ -1,0 +1,121 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""A node's settings, validated once: ``NodeConfig.from_mapping`` serves ``bin/kubecpu`` and every module.
+
+Each setting is checked here and nowhere else, and every bad one raises ``ConfigError`` naming the setting
+(``bin/kubecpu`` exits 2 on it, a module fails with its text).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, NamedTuple, Optional
+
+from ..errors import ConfigError
+from ..kubelet.cpuset import CPUSet
+from ..kubelet.kubelet_versions import KubeletVersion, kubelet_version
+from ..kubelet.policy import POLICY_NAMES, STATIC
+from ..kubelet.settings import choice, num_reserved, option_map, reserved_cpus
+from ..kubelet.topology_manager import POLICIES as TM_POLICIES
+from ..kubelet.topology_manager import SCOPES as TM_SCOPES
+from ..runtime.cgroups import DEFAULT_ROOT
+from ..runtime.model import DEFAULT_TIMEOUT
+from .state_store import DEFAULT_PATH, KUBELET_PATH
+
+DEFAULT_STATE_PATH = DEFAULT_PATH
+KUBELET_STATE_PATH = KUBELET_PATH
+DEFAULT_CGROUP_ROOT = DEFAULT_ROOT
+MAX_TIMEOUT = 3600.0
+RUNTIMES = ("crictl", "cri")
+ISOLATED_MODES = ("ignore", "prefer", "only")
+QUOTA_MODES = ("keep", "unlimited")
+
+
+class _ManagerOptions(NamedTuple):
+    isolated_cpus: str = "ignore"  # ignore | prefer | only: take exclusive CPUs from the isolcpus set
+    align_memory: bool = False  # cpuset.mems = NUMA nodes of the exclusive CPUs
+    cpu_quota: str = "keep"  # keep | unlimited: no CFS quota for exclusively pinned containers (and their pod)
+    topology_manager_policy: str = "none"  # with a policy, CPUs are chosen inside the merged NUMA affinity
+    topology_manager_scope: str = "container"
+    topology_manager_options: Optional[Mapping[str, str]] = None
+
+
+class ManagerOptions(_ManagerOptions):
+    """Beyond the kubelet; each off by default so the kubelet-exact behaviour stays the default. Validated when made
+    (a NamedTuple rather than a dataclass: ``dataclasses`` costs a module run 10 ms of imports)."""
+
+    __slots__ = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ManagerOptions:
+        self = super().__new__(cls, *args, **kwargs)
+        choice(self.isolated_cpus, "isolated_cpus", ISOLATED_MODES)
+        choice(self.cpu_quota, "cpu_quota", QUOTA_MODES)
+        choice(self.topology_manager_policy, "topology_manager_policy", TM_POLICIES)
+        choice(self.topology_manager_scope, "topology_manager_scope", TM_SCOPES)
+        if not isinstance(self.align_memory, bool):
+            raise ConfigError("align_memory must be a boolean, got %r" % (self.align_memory,))
+        options = option_map(self.topology_manager_options, "topology_manager_policy_options")
+        return tuple.__new__(cls, self[:-1] + (options,))
+
+
+class _NodeConfig(NamedTuple):
+    state_path: str = DEFAULT_STATE_PATH
+    policy: str = STATIC
+    reserved_cpus: Optional[CPUSet] = None
+    num_reserved: Optional[int] = None
+    policy_options: Optional[Mapping[str, str]] = None
+    topology_path: Optional[str] = None
+    sysfs_root: Optional[str] = None
+    read_only: bool = False
+    runtime: str = "crictl"
+    runtime_endpoint: Optional[str] = None
+    crictl_path: str = "crictl"
+    runtime_timeout: float = DEFAULT_TIMEOUT
+    cgroup_root: str = DEFAULT_CGROUP_ROOT
+    kubelet_state_path: str = KUBELET_STATE_PATH
+    force: bool = False
+    options: ManagerOptions = ManagerOptions()
+    cache_path: Optional[str] = None  # None: <state>.containers.json
+    kubelet_version: Optional[str] = None  # whose checkpoint format and rules; None: 1.35
+    feature_gates: Optional[Mapping[str, Any]] = None
+
+
+class NodeConfig(_NodeConfig):
+    """Everything that builds a node's CPU manager and its runtime backend, validated when made."""
+
+    __slots__ = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> NodeConfig:
+        self = super().__new__(cls, *args, **kwargs)
+        choice(self.policy, "policy", POLICY_NAMES)
+        choice(self.runtime, "runtime", RUNTIMES)
+        num_reserved(self.num_reserved)
+        timeout = self.runtime_timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
+            raise ConfigError("runtime_timeout must be more than 0 and at most %d seconds, got %r"
+                              % (MAX_TIMEOUT, timeout))
+        kubelet = kubelet_version(self.kubelet_version, self.feature_gates)
+        normal = self._replace(reserved_cpus=reserved_cpus(self.reserved_cpus),
+                               policy_options=option_map(self.policy_options, "policy_options"),
+                               kubelet_version=kubelet.name, feature_gates=dict(kubelet.gates))
+        return tuple.__new__(cls, normal)
+
+    @property
+    def kubelet(self) -> KubeletVersion:
+        """The kubelet whose checkpoint format and rules apply."""
+        return kubelet_version(self.kubelet_version, self.feature_gates)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], **overrides: Any) -> NodeConfig:
+        """A config from settings by their module option names (a missing or None value takes the default);
+        the manager options may be given flat. ``overrides`` win."""
+        doc = {k: v for k, v in dict(values, **overrides).items() if v is not None}
+        if "options" not in doc:
+            flat = {k: doc[k] for k in ManagerOptions._fields if k in doc}
+            if "topology_manager_policy_options" in doc:
+                flat["topology_manager_options"] = doc["topology_manager_policy_options"]
+            doc["options"] = ManagerOptions(**flat)
+        return cls(**{k: v for k, v in doc.items() if k in cls._fields})
+
+    def replace(self, **changes: Any) -> NodeConfig:
+        """A copy with ``changes``, validated again."""
+        return type(self)(**dict(self._asdict(), **changes))

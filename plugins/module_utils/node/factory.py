@@ -1,0 +1,110 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""A node's CPU manager built from its ``NodeConfig``: the one factory of ``bin/kubecpu`` and the modules.
+
+A manager that acts through a runtime is built only where it may act: the kubelet must not pin CPUs itself, and the
+static policy needs a reservation.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Mapping, Optional
+
+from ..errors import SafetyError, TopologyError
+from ..kubelet import discovery
+from ..kubelet.cpuset import CPUSet
+from ..kubelet.kubelet_versions import DEFAULT
+from ..kubelet.options import parse_options
+from ..kubelet.policy import STATIC, Policy, StaticPolicy, new_policy
+from ..kubelet.topology import Topology
+from ..runtime.cgroups import CgroupFS
+from ..runtime.container_cache import ContainerCache
+from ..runtime.crictl import CrictlRuntime, default_endpoint
+from ..runtime.model import Runtime
+from .config import NodeConfig
+from .manager import NodeManager
+from .state_store import KUBELET_PATH, StateStore
+
+
+def check_cpus_known(topo: Topology, cpus: CPUSet, what: str) -> None:
+    offline = cpus.intersection(topo.offline_cpus)
+    unknown = cpus.difference(topo.all_cpus).difference(offline)
+    if offline:
+        raise TopologyError("%s lists offline CPU(s) %s" % (what, offline))
+    if unknown:
+        raise TopologyError("%s lists CPU(s) %s that are not in the topology (online CPUs: %s)"
+                            % (what, unknown, topo.all_cpus))
+
+
+def build_policy(topo: Topology, name: str, reserved: Optional[CPUSet], num_reserved: Optional[int],
+                 options: Optional[Mapping[str, str]], *, what: str = "reserved CPUs",
+                 kubelet_minor: int = DEFAULT.minor) -> Policy:
+    """The kubelet's rules: an explicit list alone implies the count; with a count the two must agree. The
+    allocation follows kubelet 1.<kubelet_minor> (docs/VERSIONS_IN_KUBECPU.md)."""
+    if name != STATIC:
+        return new_policy(name, topo, raw_options=options)
+    if reserved:
+        check_cpus_known(topo, reserved, what)
+    count = num_reserved if num_reserved is not None else (len(reserved) if reserved else 0)
+    parsed = parse_options(options)._replace(kubelet_minor=kubelet_minor)
+    return StaticPolicy(topo, count, reserved, parsed)
+
+
+def load_topology(config: NodeConfig) -> Topology:
+    return discovery.load_topology(config.topology_path, config.sysfs_root)
+
+
+def build_runtime(config: NodeConfig) -> Runtime:
+    endpoint = config.runtime_endpoint or default_endpoint()
+    if config.runtime == "cri":
+        from ..runtime.cri_grpc import CRIRuntime  # noqa: PLC0415  # optional dependency: imported only when asked for
+
+        return CRIRuntime(endpoint, config.runtime_timeout)
+    return CrictlRuntime(config.crictl_path, endpoint, config.runtime_timeout)
+
+
+def recorded_policy(path: str) -> Optional[str]:
+    """The policy a checkpoint names (its ``policyName``, matched as Go's JSON decoder matches field names); None
+    when the file is missing or says nothing readable (reading it for real then reports why)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    policy = next((v for k, v in doc.items() if k.lower() == "policyname"), None) if isinstance(doc, dict) else None
+    return policy if isinstance(policy, str) else None
+
+
+def check_kubelet_policy(path: str = KUBELET_PATH, force: bool = False) -> Optional[str]:
+    """Refuse to manage CPUs when the kubelet pins them itself (its checkpoint says ``static``)."""
+    policy = recorded_policy(path)
+    if policy == STATIC and not force:
+        raise SafetyError("the kubelet pins CPUs on this node itself (%s says policy static): two CPU managers "
+                          "would fight over cpusets; use kubecpu only with cpuManagerPolicy none, or set force "
+                          "to override" % path)
+    return policy
+
+
+def check_reservation(policy: Policy) -> None:
+    if policy.name == STATIC and not policy.reserved:
+        raise SafetyError("the static policy needs at least one reserved CPU when it manages running containers: "
+                          "with none, allocations can empty the shared pool and the state stops validating "
+                          "(\"default cpuset cannot be empty\"); set reserved_cpus or num_reserved")
+
+
+def build_manager(config: NodeConfig, with_runtime: bool = False, topology: Optional[Topology] = None,
+                  runtime: Optional[Runtime] = None, checks: bool = True) -> NodeManager:
+    """The manager. One that acts through a runtime first checks that it may (``checks``)."""
+    topo = topology or load_topology(config)
+    policy = build_policy(topo, config.policy, config.reserved_cpus, config.num_reserved, config.policy_options,
+                          kubelet_minor=config.kubelet.minor)
+    store = StateStore(config.state_path, policy.name, read_only=config.read_only or None, kubelet=config.kubelet)
+    cache = ContainerCache(config.cache_path or store.path + ".containers.json", read_only=store.read_only)
+    if with_runtime and checks:
+        check_kubelet_policy(config.kubelet_state_path, config.force)
+        check_reservation(policy)
+    if with_runtime and runtime is None:
+        runtime = build_runtime(config)
+    return NodeManager(topo, policy, store, runtime, cgroups=CgroupFS(config.cgroup_root), cache=cache,
+                       options=config.options if with_runtime else None)

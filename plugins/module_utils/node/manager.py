@@ -1,0 +1,248 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""The node's CPU manager (the kubelet's Manager, cpu_manager.go): orchestration only.
+
+Every caller (``bin/kubecpu``, each module, the agent, the NRI plugin) goes through ``NodeManager``. Each call runs
+under the state lock: observe (one list call; the container cache spares inspections), decide (stale entries
+released, resizes, the policy behind the Topology Manager's admission), commit (the state file) and apply (the
+cgroup targets through the runtime); it returns a ``Plan``. A pass is RUNTIME.md section 6. Closes its runtime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+from ..errors import AllocationError, ContainerNotFoundError, SafetyError, StateError, StoreError
+from ..kubelet.pod import Pod
+from ..kubelet.policy import STATIC, Allocation, Policy
+from ..kubelet.state import CPUState
+from ..kubelet.topology import Topology
+from ..runtime.cgroups import CgroupFS
+from ..runtime.container_cache import ContainerCache
+from ..runtime.model import CREATED, RUNNING, Runtime
+from .admission import Admission
+from .config import ManagerOptions
+from .plan import Action, Plan
+from .pod_views import Pair, PodView, allocation_target, build_views, find_container
+from .resize import BaselineFile, baselines_path, resize_running, sync_baselines
+from .state_store import StateStore
+from .targets import CgroupTargets
+
+
+class NodeManager:
+    """The CPU manager of one node: topology, policy, state store, and (for runtime work) a runtime."""
+
+    def __init__(self, topology: Topology, policy: Policy, store: StateStore, runtime: Optional[Runtime] = None, *,
+                 cgroups: Optional[CgroupFS] = None, cache: Optional[ContainerCache] = None,
+                 options: Optional[ManagerOptions] = None) -> None:
+        options = options or ManagerOptions()
+        if options.isolated_cpus == "only" and not topology.isolated:
+            raise SafetyError("isolated_cpus is only, but this node has no isolated CPUs "
+                              "(/sys/devices/system/cpu/isolated is empty)")
+        self.topology = topology
+        self.policy = policy
+        self.store = store
+        self.runtime = runtime
+        self.cache = cache if cache is not None else ContainerCache()
+        self.baselines = BaselineFile(None if store.read_only else baselines_path(store.path))
+        self.options = options
+        self.topology_admission = Admission(topology, options.topology_manager_policy,
+                                            options.topology_manager_scope, options.topology_manager_options)
+        self.cgroup_targets = CgroupTargets(topology, cgroups or CgroupFS(), options)
+
+    cgroups = property(lambda self: self.cgroup_targets.cgroups)
+
+    def __enter__(self) -> NodeManager:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.runtime is not None:
+            self.runtime.close()
+
+    def read_state(self) -> CPUState:
+        with self.store.locked():
+            return self._load()
+
+    def _load(self) -> CPUState:
+        state = self.store.load_or_new()
+        try:
+            self.policy.start(state)
+        except StateError as exc:
+            raise StateError("state file %s does not fit this node: %s" % (self.store.path, exc)) from None
+        return state
+
+    @contextlib.contextmanager
+    def _locked_state(self) -> Iterator[Tuple[CPUState, Plan]]:
+        """Under the state lock: the validated state and a fresh plan starting from it."""
+        with self.store.locked():
+            state = self._load()
+            yield state, Plan(state.copy())
+
+    def _commit(self, plan: Plan, state: CPUState, apply: bool) -> None:
+        plan.after = state
+        if not apply:
+            return
+        if not self.store.read_only:
+            self.store.save(state)
+            self.baselines.save(sync_baselines(self.baselines.load(), state))
+        elif state != plan.before:
+            raise StoreError("state file %s is read-only: the change was not recorded" % self.store.path)
+
+    def _allocate(self, state: CPUState, pod: Pod, container: str, hint_nodes: Optional[Sequence[int]]) -> Allocation:
+        """Admission, then the policy's allocation (from the isolcpus set first or only, as configured)."""
+        affinity = self.topology_admission.admit(self.policy, state, pod, container, hint_nodes)
+        isolated, mode = self.topology.isolated, self.options.isolated_cpus
+        within = isolated if mode == "only" else None
+        prefer = isolated if mode == "prefer" and isolated else None
+        return self.policy.allocate(state, pod, container, affinity, prefer=prefer, within=within)
+
+    def allocate_running(self, plan: Plan, state: CPUState, views: Dict[str, PodView]) -> None:
+        """Exclusive CPUs for running Guaranteed integral containers without an entry, pods in creation order."""
+        for view in sorted(views.values(), key=lambda v: min(item.created_at for item, _i in v.latest.values())):
+            for listed, _info in sorted(view.latest.values(), key=lambda pair: pair[0].created_at):
+                count = view.model.guaranteed_cpus(listed.name)
+                if listed.state != RUNNING or state.get(view.uid, listed.name) is not None or count == 0:
+                    continue
+                try:
+                    result = self._allocate(state, view.model, listed.name, None)
+                except AllocationError as exc:
+                    plan.error(listed, "cannot allocate %d exclusive CPUs for container %s/%s: %s; it stays in the "
+                               "shared pool" % (count, listed.pod_ref, listed.name, exc), "allocation")
+                    continue
+                if result.exclusive:
+                    why = "restarted container keeps its CPUs" if listed.attempt else "Guaranteed integral request"
+                    plan.actions.append(Action("allocate", listed.id, listed.pod_ref, view.uid, listed.name,
+                                               str(result.cpus), why))
+
+    def _release_stale(self, plan: Plan, state: CPUState, views: Dict[str, PodView]) -> None:
+        """removeStaleState: entries of pods or containers the runtime no longer has."""
+        for uid, name, cpus in list(state.assignments()):
+            view = views.get(uid)
+            if view is not None and name in view.latest:
+                continue
+            self.policy.remove_container(state, uid, name)
+            why = "pod is gone" if view is None else "container is gone"
+            plan.actions.append(Action("release", "", "", uid, name, str(cpus), why))
+
+    # --- without a runtime (bin/kubecpu allocate / release) -------------------------------------------------
+    def allocate_pod(self, pod: Pod, container: str, numa_affinity: Optional[Sequence[int]] = None,
+                     apply: bool = True) -> Plan:
+        pod.container(container)
+        with self._locked_state() as (state, plan):
+            result = self._allocate(state, pod, container, numa_affinity)
+            plan.result = {"cpus": str(result.cpus), "exclusive": result.exclusive}
+            if result.exclusive and plan.before.get(pod.uid, container) is None:
+                plan.actions.append(Action("allocate", "", "%s/%s" % (pod.namespace, pod.name), pod.uid, container,
+                                           str(result.cpus), "exclusive CPUs for a Guaranteed integral request"))
+            self._commit(plan, state, apply)
+        return plan
+
+    def release_entry(self, pod_uid: str, container: str, apply: bool = True) -> Plan:
+        with self._locked_state() as (state, plan):
+            held = state.get(pod_uid, container)
+            plan.result = {"released": str(self.policy.remove_container(state, pod_uid, container))}
+            if held is not None:
+                plan.actions.append(Action("release", "", "", pod_uid, container, str(held), "released on request"))
+            self._commit(plan, state, apply)
+        return plan
+
+    # --- with the runtime --------------------------------------------------------------------------------------
+    def _runtime(self) -> Runtime:
+        if self.runtime is None:
+            raise SafetyError("this operation needs a container runtime")
+        return self.runtime
+
+    def observe(self, plan: Plan) -> List[Pair]:
+        """The Kubernetes containers the runtime has, each with its facts: one list call, and an inspection
+        only for containers not seen before (or newly exited). Vanished ones go to ``plan.skipped``."""
+        listed = self._runtime().list_containers()
+        pairs, inspected = self.cache.facts(self._runtime(), listed, plan.skipped, self.cgroup_targets.current_request)
+        present = {item.id for item in listed}
+        self.cache.retain(present)
+        self.cgroup_targets.forget_except(present)
+        plan.counts.update(containers=len(listed), running=sum(1 for c in listed if c.state == RUNNING),
+                           created=sum(1 for c in listed if c.state == CREATED and c.is_kubernetes),
+                           inspected=inspected)
+        return pairs
+
+    @contextlib.contextmanager
+    def session(self, apply: bool, push: bool = True) -> Iterator[Tuple[CPUState, Plan, List[Pair]]]:
+        """Under the state lock: the validated state, a fresh plan and what the runtime shows; on the way out the
+        cgroup targets are planned, the state committed, the updates pushed, and the calls and time accounted.
+        The operations of the node (here, ``defrag.defrag_node``) change the state inside it."""
+        started = time.monotonic()
+        runtime = self._runtime()
+        calls = dict(runtime.calls)
+        with self._locked_state() as (state, plan):
+            self.cache.refresh()
+            pairs = self.observe(plan)
+            yield state, plan, pairs
+            if self.policy.name == STATIC:
+                self.cgroup_targets.plan(plan, state, pairs)
+            self._commit(plan, state, apply)
+            if apply and push:
+                self.cgroup_targets.apply(plan, runtime)
+            self.cache.save()
+        plan.runtime_calls = {k: v - calls.get(k, 0) for k, v in runtime.calls.items() if v - calls.get(k, 0)}
+        plan.seconds = time.monotonic() - started
+
+    def reconcile(self, apply: bool = True) -> Plan:
+        with self.session(apply) as (state, plan, pairs):
+            views = build_views(pairs)
+            self._release_stale(plan, state, views)
+            resize_running(self.policy, plan, state, views, self.baselines.load())
+            self.allocate_running(plan, state, views)
+        return plan
+
+    def push(self, state: CPUState, apply: bool = True) -> Plan:
+        """Every running container's cpuset to what ``state`` gives it (its exclusive CPUs, else the shared pool),
+        through the runtime: what the kubelet's reconcile does with its checkpoint, done at once after a rewrite.
+        Neither reads nor writes a state file."""
+        plan = Plan(state.copy())
+        pairs = self.observe(plan)
+        self.cgroup_targets.plan(plan, state, pairs)
+        plan.after = state
+        if apply:
+            self.cgroup_targets.apply(plan, self._runtime())
+        return plan
+
+    def allocate_container(self, container_id: Optional[str] = None, pod_uid: Optional[str] = None, *,
+                           container: Optional[str] = None, cpus: Optional[int] = None,
+                           numa_affinity: Optional[Sequence[int]] = None, apply: bool = True, push: bool = True,
+                           require_runtime_container: bool = True) -> Plan:
+        """Allocate for one container (by ID, or by pod UID and name), then sync cpusets node-wide."""
+        with self.session(apply, push) as (state, plan, pairs):
+            target, uid, name, model = allocation_target(pairs, container_id, pod_uid, container, cpus=cpus,
+                                                         require_runtime_container=require_runtime_container)
+            had = state.get(uid, name)
+            result = self._allocate(state, model, name, numa_affinity)
+            found = ("", "") if target is None else (target.id, target.pod_ref)
+            plan.result = {"cpus": str(result.cpus), "exclusive": result.exclusive, "pod_uid": uid,
+                           "container": name, "container_id": found[0]}
+            if result.exclusive and had is None:
+                plan.actions.append(Action("allocate", found[0], found[1], uid, name, str(result.cpus),
+                                           "requested by the allocate module"))
+        return plan
+
+    def release_container(self, container_id: Optional[str] = None, pod_uid: Optional[str] = None, *,
+                          container: Optional[str] = None, apply: bool = True, push: bool = True) -> Plan:
+        """Release one container's exclusive CPUs; a running container goes back to the shared pool."""
+        with self.session(apply, push) as (state, plan, pairs):
+            target = find_container(pairs, container_id, pod_uid, container)
+            if target is None and not (pod_uid and container):
+                raise ContainerNotFoundError("container %s not found in the runtime" % container_id, "release",
+                                             container_id or "")
+            uid, name = (target.pod_uid, target.name) if target else (pod_uid or "", container or "")
+            found = ("", "") if target is None else (target.id, target.pod_ref)
+            held = state.get(uid, name)
+            released = self.policy.remove_container(state, uid, name)
+            plan.result = {"released": str(released), "pod_uid": uid, "container": name, "container_id": found[0]}
+            if held is not None:
+                plan.actions.append(Action("release", found[0], found[1], uid, name, str(held),
+                                           "released by the allocate module (state absent)"))
+        return plan

@@ -1,0 +1,116 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""Prometheus textfile metrics of the agent, with the kubelet CPU manager's names (ALGORITHM.md section 15).
+
+Written atomically (``atomic_write``: a temporary file, then a rename) for node_exporter's textfile collector.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Dict, List, Tuple
+
+from ..atomic import atomic_write
+from ..kubelet.cpuset import CPUSet
+from ..kubelet.state import CPUState
+from ..kubelet.topology import Topology
+
+_HELP = {
+    "cpu_manager_pinning_requests_total": ("counter", "Exclusive CPU allocations attempted."),
+    "cpu_manager_pinning_errors_total": ("counter", "Exclusive CPU allocations that failed."),
+    "cpu_manager_shared_pool_size_millicores": ("gauge", "Shared pool size without the reserved CPUs."),
+    "cpu_manager_exclusive_cpu_allocation_count": ("gauge", "CPUs assigned exclusively."),
+    "cpu_manager_allocation_per_numa": ("gauge", "Exclusively assigned CPUs per NUMA node."),
+    "kubecpu_reconcile_passes_total": ("counter", "Reconcile passes, by result."),
+    "kubecpu_reconcile_duration_seconds": ("gauge", "Wall time of the last reconcile pass."),
+    "kubecpu_reconcile_last_success_timestamp_seconds": ("gauge", "When the last pass completed."),
+    "kubecpu_runtime_calls_total": ("counter", "Container runtime calls, by call."),
+    "kubecpu_cpuset_updates_total": ("counter", "Container updates pushed to the runtime."),
+    "kubecpu_drift_corrections_total": ("counter", "Exclusive cpusets found changed in cgroupfs and re-applied."),
+    "kubecpu_released_total": ("counter", "Assignments released because their pod or container is gone."),
+    "kubecpu_update_errors_total": ("counter", "Runtime updates that failed."),
+    "kubecpu_resizes_total": ("counter", "In-place resizes of exclusive CPUs carried out."),
+    "kubecpu_resize_errors_total": ("counter", "In-place resizes refused or infeasible (retried every pass)."),
+}
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.counters: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float] = {}
+        self.gauges: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float] = {}
+
+    def inc(self, name: str, value: float = 1, **labels: str) -> None:
+        key = (name, tuple(sorted(labels.items())))
+        self.counters[key] = self.counters.get(key, 0) + value
+
+    def set(self, name: str, value: float, **labels: str) -> None:
+        self.gauges[(name, tuple(sorted(labels.items())))] = value
+
+    def observe_pass(self, plan_doc: Dict[str, object], seconds: float, ok: bool) -> None:
+        self.inc("kubecpu_reconcile_passes_total", result="success" if ok else "failure")
+        self.set("kubecpu_reconcile_duration_seconds", round(seconds, 6))
+        if ok:
+            self.set("kubecpu_reconcile_last_success_timestamp_seconds", round(time.time(), 3))
+        for call, count in dict(plan_doc.get("runtime_calls") or {}).items():  # type: ignore[call-overload]
+            self.inc("kubecpu_runtime_calls_total", count, call=call)
+        for action in list(plan_doc.get("actions") or []):  # type: ignore[call-overload]
+            kind = action.get("action")
+            if kind == "allocate":
+                self.inc("cpu_manager_pinning_requests_total")
+            elif kind == "update":
+                self.inc("kubecpu_cpuset_updates_total")
+                if "drifted" in str(action.get("reason", "")):
+                    self.inc("kubecpu_drift_corrections_total")
+            elif kind == "release":
+                self.inc("kubecpu_released_total")
+            elif kind == "resize":
+                self.inc("kubecpu_resizes_total")
+        for error in list(plan_doc.get("errors") or []):  # type: ignore[call-overload]
+            if error.get("kind") == "allocation":
+                self.inc("cpu_manager_pinning_requests_total")
+                self.inc("cpu_manager_pinning_errors_total")
+            elif error.get("kind") == "resize":
+                self.inc("kubecpu_resize_errors_total")
+            else:
+                self.inc("kubecpu_update_errors_total")
+
+    def record(self, plan_doc: Dict[str, object], seconds: float, topo: Topology, state: CPUState,
+               reserved: CPUSet) -> None:
+        """A completed pass: its actions and errors, and the state it left."""
+        self.observe_pass(plan_doc, seconds, True)
+        self.observe_state(topo, state, reserved)
+
+    def observe_state(self, topo: Topology, state: CPUState, reserved: CPUSet) -> None:
+        self.set("cpu_manager_shared_pool_size_millicores", len(state.default.difference(reserved)) * 1000)
+        assigned = state.assigned()
+        self.set("cpu_manager_exclusive_cpu_allocation_count", len(assigned))
+        for node in sorted(topo.numa_cpus):
+            count = sum(1 for cpu in assigned if topo.loc.get(cpu, (0, 0, -1, 0))[2] == node)
+            self.set("cpu_manager_allocation_per_numa", count, numa_node=str(node))
+
+    def render(self) -> str:
+        lines: List[str] = []
+        names = sorted({k[0] for k in self.counters} | {k[0] for k in self.gauges} | set(_HELP))
+        for name in names:
+            kind, text = _HELP.get(name, ("untyped", name))
+            samples = sorted((k, v) for k, v in list(self.counters.items()) + list(self.gauges.items()) if k[0] == name)
+            if not samples and kind == "counter":
+                samples = [((name, ()), 0.0)]
+            if not samples:
+                continue
+            lines.append("# HELP %s %s" % (name, text))
+            lines.append("# TYPE %s %s" % (name, kind))
+            for (_n, labels), value in samples:
+                label_text = ",".join('%s="%s"' % (k, v.replace("\\", "\\\\").replace('"', '\\"')) for k, v in labels)
+                lines.append("%s%s %s" % (name, "{%s}" % label_text if label_text else "", _number(value)))
+        return "\n".join(lines) + "\n"
+
+    def write(self, path: str) -> None:
+        """Atomically replace ``path`` (textfile collectors must never read a half-written file)."""
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        atomic_write(path, self.render().encode("utf-8"), durable=False, mode=0o644)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))

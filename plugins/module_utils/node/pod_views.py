@@ -1,0 +1,109 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""Pods as the runtime shows them: the newest attempt of each container, init containers recognised by order,
+and the pod model the policy allocates for (CRI knows no pods' specs, RUNTIME.md section 6)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+from ..errors import ContainerNotFoundError, PodSpecError
+from ..kubelet.pod import GUARANTEED, Container, Pod
+from ..runtime.model import EXITED, ContainerInfo, ListedContainer
+
+Pair = Tuple[ListedContainer, ContainerInfo]
+
+
+class PodView(NamedTuple):
+    uid: str
+    latest: Dict[str, Pair]  # container name -> newest attempt
+    model: Pod
+
+
+def _is_init(listed: ListedContainer, info: ContainerInfo,
+             siblings: Iterable[Pair]) -> bool:
+    """CRI does not mark init containers. One that exited successfully and was followed by a sibling created
+    after it finished ran before the others: the kubelet's init-container order."""
+    if listed.state != EXITED or info.exit_code != 0 or info.finished_at <= 0:
+        return False
+    return any(other.name != listed.name and other.created_at >= info.finished_at for other, _i in siblings)
+
+
+def _container_model(info: ContainerInfo, init: bool, cpus: Optional[int] = None) -> Container:
+    milli = info.requested_milli() if cpus is None else cpus * 1000
+    request = Fraction(milli, 1000) if milli else None
+    return Container(name=info.name, cpu_request=request, cpu_limit=request, init=init)
+
+
+def build_views(pairs: Sequence[Pair],
+                override: Optional[Tuple[str, str, int]] = None) -> Dict[str, PodView]:
+    """Pods from the runtime: the newest attempt per container name, init containers recognised by order.
+
+    ``override`` (pod UID, container name, CPUs) replaces what the runtime says of one container's request
+    (the allocate module's ``cpus``): it is then treated as Guaranteed with that integral request.
+    """
+    groups: Dict[str, Dict[str, Pair]] = {}
+    for listed, info in pairs:
+        if not listed.is_kubernetes:
+            continue
+        pod = groups.setdefault(listed.pod_uid, {})
+        have = pod.get(listed.name)
+        if have is None or (listed.attempt, listed.created_at) > (have[0].attempt, have[0].created_at):
+            pod[listed.name] = (listed, info)
+    views = {}
+    for uid, latest in groups.items():
+        ordered = sorted(latest.values(), key=lambda pair: pair[0].created_at)
+        inits: List[Container] = []
+        apps: List[Container] = []
+        qos = next((info.qos for _l, info in ordered if info.qos), "")
+        for listed, info in ordered:
+            cpus = override[2] if override is not None and (uid, listed.name) == override[:2] else None
+            init = _is_init(listed, info, ordered)
+            (inits if init else apps).append(_container_model(info, init, cpus))
+        if override is not None and override[0] == uid:
+            qos = GUARANTEED
+        first = ordered[0][0]
+        views[uid] = PodView(uid, latest, Pod(uid=uid, name=first.pod_name, namespace=first.pod_namespace,
+                                              init_containers=tuple(inits), containers=tuple(apps), qos=qos))
+    return views
+
+
+def find_container(pairs: Sequence[Pair], container_id: Optional[str], pod_uid: Optional[str],
+                   name: Optional[str]) -> Optional[ListedContainer]:
+    """A container by ID (a unique prefix of at least 6 characters works, as in crictl), else the newest
+    attempt of (pod UID, name)."""
+    listed = [item for item, _info in pairs]
+    if container_id:
+        exact = [c for c in listed if c.id == container_id]
+        if exact:
+            return exact[0]
+        prefixed = [c for c in listed if len(container_id) >= 6 and c.id.startswith(container_id)]
+        return prefixed[0] if len(prefixed) == 1 else None
+    matches = [c for c in listed if c.pod_uid == pod_uid and c.name == name]
+    return max(matches, key=lambda c: (c.attempt, c.created_at)) if matches else None
+
+
+def describe_target(container_id: Optional[str], pod_uid: Optional[str], name: Optional[str]) -> str:
+    return container_id if container_id else "%s of pod %s" % (name, pod_uid)
+
+
+def allocation_target(pairs: Sequence[Pair], container_id: Optional[str], pod_uid: Optional[str],
+                      name: Optional[str], *, cpus: Optional[int],
+                      require_runtime_container: bool) -> Tuple[Optional[ListedContainer], str, str, Pod]:
+    """The container an allocation is for, its pod UID and name, and the pod model to allocate in. ``cpus``
+    overrides what the runtime says of its request; a container the runtime does not have (yet) is allowed
+    only by pod UID and name, with ``cpus``, and without ``require_runtime_container``."""
+    target = find_container(pairs, container_id, pod_uid, name)
+    if target is not None:
+        model = build_views(pairs, None if cpus is None else (target.pod_uid, target.name, cpus))[target.pod_uid].model
+        return target, target.pod_uid, target.name, model
+    if require_runtime_container or not (pod_uid and name):
+        raise ContainerNotFoundError("container %s not found in the runtime" % describe_target(
+            container_id, pod_uid, name), "allocate", container_id or "")
+    if cpus is None:
+        raise PodSpecError("container %s is not in the runtime: give cpus to allocate for it"
+                           % describe_target(container_id, pod_uid, name))
+    model = Pod(uid=pod_uid, name="", namespace="", init_containers=(),
+                containers=(Container(name, Fraction(cpus), Fraction(cpus)),), qos=GUARANTEED)
+    return None, pod_uid, name, model

@@ -1,0 +1,189 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""The checkpoint on disk, treated like a database.
+
+* Every read-modify-write runs under an exclusive ``flock`` on ``<file>.lock``, so the Ansible modules and
+  the node agent never interleave.
+* Writes are atomic and durable: a temporary file in the same directory, fsync, rename over the file,
+  fsync the directory. The file is mode 0600. The previous generation stays beside it as ``<file>.prev``.
+* A corrupt or mismatched file is reported (``CheckpointError`` naming the file) and left untouched.
+  Recovery is explicit: ``reset()`` moves the file aside to ``<file>.reset-<UTC time>``.
+* The kubelet's own file is only ever opened read-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import time
+from typing import Iterator, Mapping, Optional, Tuple
+
+from ..atomic import atomic_write, fsync_directory
+from ..errors import CheckpointError, RestoreFailure, StoreError
+from ..kubelet.checkpoint_formats import read, write
+from ..kubelet.kubelet_versions import DEFAULT, KubeletVersion
+from ..kubelet.state import CPUState
+
+DEFAULT_PATH = "/var/lib/kubecpu/cpu_manager_state"
+KUBELET_PATH = "/var/lib/kubelet/cpu_manager_state"
+LOCK_TIMEOUT = 60.0
+
+
+def opened_read_only(path: str, read_only: Optional[bool] = None, *, kubelet_stopped: bool = False) -> bool:
+    """Whether a store on ``path`` is read-only: when asked, and always for the kubelet's own checkpoint unless the
+    caller has stopped the kubelet."""
+    is_kubelets = os.path.realpath(os.path.abspath(path)) == KUBELET_PATH and not kubelet_stopped
+    return bool(read_only) or is_kubelets
+
+
+class StateStore:
+    """One checkpoint file for one configured policy."""
+
+    def __init__(self, path: str = DEFAULT_PATH, policy_name: str = "static", read_only: Optional[bool] = None,
+                 lock_timeout: float = LOCK_TIMEOUT,
+                 initial_containers: Optional[Mapping[str, Tuple[str, str]]] = None, *,
+                 kubelet_stopped: bool = False, kubelet: KubeletVersion = DEFAULT) -> None:
+        """``kubelet_stopped``: the caller has stopped the kubelet, so its own checkpoint may be written (a rewrite,
+        a rebuild, a reset); otherwise that file is only ever read."""
+        self.path = os.path.abspath(path)
+        self.policy_name = policy_name
+        self.kubelet = kubelet  # whose format is read and written
+        self.read_only = opened_read_only(path, read_only, kubelet_stopped=kubelet_stopped)
+        self.lock_timeout = lock_timeout
+        self.initial_containers = initial_containers
+        self.directory = os.path.dirname(self.path)
+        # The bytes last read or written and their state: a process that reads the file it wrote (the
+        # agent, every pass) compares bytes instead of decoding them again.
+        self._known: Optional[Tuple[bytes, CPUState]] = None
+
+    @property
+    def previous_path(self) -> str:
+        return self.path + ".prev"
+
+    # --- locking -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Exclusive lock for a read-modify-write (shared for a read-only store, no lock file created)."""
+        if self.read_only:
+            yield
+            return
+        fd = self._open_lock()
+        try:
+            deadline = time.monotonic() + self.lock_timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise StoreError("cannot lock %s.lock: %s" % (self.path, exc.strerror)) from None
+                    if time.monotonic() > deadline:
+                        raise StoreError("timed out after %.0fs waiting for the lock on %s (another kubecpu "
+                                         "process holds it)" % (self.lock_timeout, self.path)) from None
+                    time.sleep(0.005)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def _open_lock(self) -> int:
+        """The lock file's descriptor; the state directory is created when it is missing."""
+        directory_made = False
+        while True:
+            try:
+                return os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+            except FileNotFoundError:
+                if directory_made:
+                    raise StoreError("cannot open lock file %s.lock: its directory vanished" % self.path) from None
+                self._ensure_directory()
+                directory_made = True
+            except OSError as exc:
+                raise StoreError("cannot open lock file %s.lock: %s" % (self.path, exc.strerror)) from None
+
+    def _ensure_directory(self) -> None:
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise StoreError("cannot create state directory %s: %s" % (self.directory, exc.strerror)) from None
+
+    # --- reading -------------------------------------------------------------------------------
+    def read_bytes(self) -> Optional[bytes]:
+        try:
+            with open(self.path, "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError("cannot read state file %s: %s" % (self.path, exc.strerror)) from None
+
+    def load(self) -> Optional[CPUState]:
+        """The restored state, None when the file does not exist; CheckpointError when it is unusable."""
+        data = self.read_bytes()
+        if data is None:
+            return None
+        if self._known is not None and self._known[0] == data:
+            return self._known[1].copy()
+        try:
+            state = read(data, self.policy_name, self.kubelet, self.initial_containers).state
+        except RestoreFailure as exc:
+            raise CheckpointError(self.path, str(exc)) from None
+        self._known = (data, state.copy())
+        return state
+
+    def load_or_new(self) -> CPUState:
+        """As the kubelet restores: a missing file means a fresh state for the configured policy."""
+        state = self.load()
+        return state if state is not None else CPUState(self.policy_name)
+
+    # --- writing -------------------------------------------------------------------------------
+    def save(self, state: CPUState) -> bool:
+        """Write ``state`` atomically and durably; False when the file already holds exactly that."""
+        if self.read_only:
+            raise StoreError("state file %s is read-only (the kubelet's own checkpoint is never written by "
+                             "kubecpu)" % self.path)
+        data = write(state, self.kubelet)
+        current = self.read_bytes()
+        if current == data:
+            return False
+        if current is None:
+            self._ensure_directory()
+        try:
+            atomic_write(self.path, data, durable=True, before_rename=None if current is None else self._keep_previous)
+        except OSError as exc:
+            raise StoreError("cannot write state file %s: %s" % (self.path, exc.strerror or exc)) from None
+        self._known = (data, state.copy())
+        return True
+
+    def _keep_previous(self) -> None:
+        """Hard-link the current generation to <file>.prev (files are never modified in place)."""
+        link = "%s.prev-tmp-%d" % (self.path, os.getpid())
+        try:
+            os.link(self.path, link)
+        except FileExistsError:  # left by a writer with this process id that died here
+            os.unlink(link)
+            os.link(self.path, link)
+        os.replace(link, self.previous_path)
+        with contextlib.suppress(FileNotFoundError):  # still there when .prev already was this generation
+            os.unlink(link)
+
+    def reset(self, label: str = "reset", keep: bool = False) -> Optional[str]:
+        """Explicit recovery: move the current file aside to ``<file>.<label>-<UTC time>`` (kept, never deleted;
+        with ``keep`` a hard link, the file staying until it is replaced); returns where it went."""
+        if self.read_only:
+            raise StoreError("state file %s is read-only; reset the kubelet's checkpoint with the kubelet's "
+                             "documented procedure (or stop the kubelet first)" % self.path)
+        if not os.path.exists(self.path):
+            return None
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        aside = "%s.%s-%s" % (self.path, label, stamp)
+        counter = 1
+        while os.path.exists(aside):
+            aside = "%s.%s-%s.%d" % (self.path, label, stamp, counter)
+            counter += 1
+        try:
+            (os.link if keep else os.rename)(self.path, aside)
+            fsync_directory(self.directory)
+        except OSError as exc:
+            raise StoreError("cannot move %s aside: %s" % (self.path, exc.strerror)) from None
+        return aside

@@ -1,0 +1,135 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""The cgroup side of a pass: the cpuset (and with the options, memory nodes and CFS quota) each running container
+should have, compared with what cgroupfs shows, and the updates carried out in a safe order (RUNTIME.md 3, 6)."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Sequence, Set
+
+from ..errors import ContainerNotFoundError, ContainerRuntimeError, StoreError
+from ..kubelet.cpuset import CPUSet
+from ..kubelet.pod import GUARANTEED
+from ..kubelet.state import CPUState
+from ..kubelet.topology import Topology
+from ..runtime.cgroups import CgroupFS
+from ..runtime.model import RUNNING, ContainerInfo, ListedContainer, Runtime
+from .config import ManagerOptions
+from .plan import Action, Plan
+from .pod_views import Pair
+
+
+class CgroupTargets:
+    """Targets for the running containers, and the runtime updates that reach them."""
+
+    def __init__(self, topology: Topology, cgroups: CgroupFS, options: ManagerOptions) -> None:
+        self.topology = topology
+        self.cgroups = cgroups
+        self.options = options
+        self.pushed: Dict[str, CPUSet] = {}  # container ID -> cpuset last pushed (when cgroupfs cannot be read)
+
+    def current_request(self, listed: ListedContainer, info: ContainerInfo) -> ContainerInfo:
+        """The facts with the CFS quota cgroupfs shows now, when a Guaranteed running container's differs from
+        what was learned (an in-place resize: the kubelet updates the quota of the same container). A quota of
+        none (-1, what ``cpu_quota: unlimited`` sets on pinned containers) says nothing of the request."""
+        if listed.state != RUNNING or info.qos != GUARANTEED:
+            return info
+        have = self.cgroups.quota(info.cgroup_path)
+        if have is None or have[0] <= 0 or have == (info.cpu_quota, info.cpu_period):
+            return info
+        return info._replace(cpu_quota=have[0], cpu_period=have[1])
+
+    def forget_except(self, present: Set[str]) -> None:
+        self.pushed = {cid: cpus for cid, cpus in self.pushed.items() if cid in present}
+
+    def plan(self, plan: Plan, state: CPUState, pairs: Sequence[Pair]) -> None:
+        """The cpuset (and with the options, memory nodes and quota) each running container should have."""
+        all_nodes = CPUSet(self.topology.numa_cpus)
+        pods_exclusive: Dict[str, bool] = {}
+        for listed, info in pairs:
+            if listed.state != RUNNING or not listed.is_kubernetes:
+                continue
+            assigned = state.get(listed.pod_uid, listed.name)
+            exclusive = assigned is not None
+            pods_exclusive[listed.pod_uid] = pods_exclusive.get(listed.pod_uid, False) or exclusive
+            target = assigned if assigned is not None else state.default
+            current = self.cgroups.cpus(info.cgroup_path)
+            known = current if current is not None else self.pushed.get(listed.id)
+            cpus = None if known == target else target
+            mems = quota = period = None
+            if self.options.align_memory:
+                want = CPUSet(self.topology.loc[c][2] for c in target) if exclusive else all_nodes
+                if self.cgroups.mems(info.cgroup_path) != want:
+                    mems = want
+            if self.options.cpu_quota == "unlimited":
+                want_quota = -1 if exclusive else (info.cpu_quota if info.cpu_quota > 0 else -1)
+                have = self.cgroups.quota(info.cgroup_path)
+                if have is not None and have[0] != want_quota:
+                    quota, period = want_quota, (info.cpu_period or have[1]) if want_quota > 0 else None
+            if cpus is None and mems is None and quota is None:
+                continue
+            shown = target if cpus is None else cpus
+            if cpus is None:
+                why = "memory nodes or quota differ"
+            elif not exclusive:
+                why = "shared pool is now %s (was %s)" % (target, "unknown" if known is None else known)
+            elif listed.id in self.pushed:
+                why = "exclusive CPUs drifted in cgroupfs (%s)" % known
+            elif listed.attempt > 0:
+                why = "restarted container keeps its CPUs"
+            else:
+                why = "exclusive CPUs"
+            plan.actions.append(Action("update", listed.id, listed.pod_ref, listed.pod_uid, listed.name, str(shown),
+                                       why, None if mems is None else str(mems), quota, period,
+                                       info.cgroup_path))
+        if self.options.cpu_quota == "unlimited":
+            _pod_quotas(plan, pairs, pods_exclusive, self.cgroups)
+
+    def apply(self, plan: Plan, runtime: Runtime) -> None:
+        """Shrink first (shared containers leaving CPUs that became exclusive), pin last; pod quotas first."""
+        order = {"quota": 0, "update": 1}
+        updates = sorted((a for a in plan.actions if a.action in order), key=lambda a: (
+            order[a.action], a.quota is None or a.quota >= 0, a.reason.startswith("exclusive")))
+        failed: List[Action] = []
+        for action in updates:
+            try:
+                if action.action == "quota":
+                    self.cgroups.set_quota(action.cgroup, action.quota or -1, action.period or 100000)
+                    continue
+                cpus = CPUSet.parse(action.cpus)
+                runtime.update(action.container_id, cpuset_cpus=cpus,
+                               cpuset_mems=None if action.mems is None else CPUSet.parse(action.mems),
+                               cpu_quota=action.quota, cpu_period=action.period)
+                self.pushed[action.container_id] = cpus
+            except ContainerNotFoundError:
+                failed.append(action)
+                plan.skipped.append({"container_id": action.container_id, "pod": action.pod,
+                                     "container": action.container, "reason": "removed before its update"})
+            except (ContainerRuntimeError, StoreError) as exc:
+                failed.append(action)
+                plan.errors.append({"container_id": action.container_id, "pod": action.pod,
+                                    "container": action.container, "error": str(exc), "kind": "update"})
+        plan.actions = [a for a in plan.actions if a not in failed]
+        plan.applied = True
+
+
+def _pod_quotas(plan: Plan, pairs: Sequence[Pair], pods_exclusive: Dict[str, bool], cgroups: CgroupFS) -> None:
+    """Pod-level CFS quota: none while the pod holds exclusive CPUs, else the sum of its containers' quotas."""
+    seen: Set[str] = set()
+    for listed, info in pairs:
+        if listed.pod_uid in seen or listed.pod_uid not in pods_exclusive or info.qos != GUARANTEED:
+            continue
+        seen.add(listed.pod_uid)
+        path = info.pod_cgroup_path
+        have = cgroups.quota(path)
+        if have is None:
+            continue
+        if pods_exclusive[listed.pod_uid]:
+            want = -1
+        else:
+            quotas = [i.cpu_quota for other, i in pairs
+                      if other.pod_uid == listed.pod_uid and other.state == RUNNING]
+            want = sum(quotas) if quotas and all(q > 0 for q in quotas) else -1
+        if have[0] != want:
+            plan.actions.append(Action("quota", "", listed.pod_ref, listed.pod_uid, "", "",
+                                       "pod-level CFS quota", quota=want, period=have[1], cgroup=path))

@@ -1,0 +1,83 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""``kubecpu demo``: what the static policy gives a few sample pods on this node (nothing is written)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Dict, TextIO, Tuple
+
+from ..errors import AllocationError
+from ..kubelet.options import parse_option_args
+from ..kubelet.pod import Pod
+from ..kubelet.policy import STATIC, StaticPolicy
+from ..kubelet.state import CPUState
+from ..kubelet.topology import Topology
+
+SAMPLE_PODS: Tuple[Dict[str, Any], ...] = (
+    {"uid": "demo-0001", "namespace": "net", "name": "dpdk-forwarder", "containers": [
+        {"name": "fwd", "cpu_request": "2", "cpu_limit": "2", "memory_request": "1Gi", "memory_limit": "1Gi"}]},
+    {"uid": "demo-0002", "namespace": "trading", "name": "matcher", "init_containers": [
+        {"name": "warmup", "cpu_request": "1", "cpu_limit": "1", "memory_request": "256Mi",
+         "memory_limit": "256Mi"}], "containers": [
+        {"name": "engine", "cpu_request": "1", "cpu_limit": "1", "memory_request": "512Mi",
+         "memory_limit": "512Mi"}]},
+    {"uid": "demo-0003", "namespace": "ml", "name": "inference", "containers": [
+        {"name": "model", "cpu_request": "1500m", "cpu_limit": "1500m", "memory_request": "2Gi",
+         "memory_limit": "2Gi"}]},
+    {"uid": "demo-0004", "namespace": "web", "name": "frontend", "containers": [
+        {"name": "nginx", "cpu_request": "250m", "memory_request": "64Mi"}]},
+)
+
+
+def run_demo(args: argparse.Namespace, topo: Topology, out: TextIO) -> int:
+    """The demo on ``topo``: a table, or with ``--json`` one JSON object."""
+    count = min(args.num_reserved, len(topo.all_cpus))
+    policy = StaticPolicy(topo, count, None, parse_option_args(args.option))
+    state = CPUState(STATIC)
+    policy.start(state)
+    rows = []
+    for doc in SAMPLE_PODS:
+        pod = Pod.from_dict(doc)
+        for container in pod.all_containers():
+            row: Dict[str, Any] = {"pod": "%s/%s" % (pod.namespace, pod.name), "container": container.name,
+                                   "qos": pod.qos_class(), "cpu_request": str(doc_request(doc, container.name))}
+            try:
+                result = policy.allocate(state, pod, container.name)
+                row.update(cpus=str(result.cpus), exclusive=result.exclusive)
+            except AllocationError as exc:
+                row.update(cpus=None, exclusive=False, refused=str(exc))
+            rows.append(row)
+    report: Dict[str, Any] = {
+        "topology": dict(topo.summary(), source=topo.source), "reserved": str(policy.reserved),
+        "options": policy.options.enabled(), "containers": rows, "shared_pool": str(state.default),
+        "checkpoint": state.to_dict()}
+    if args.json:
+        out.write(json.dumps(report) + "\n")
+        return 0
+    s = topo.summary()
+    counts = [_plural(s[key], word) for key, word in (("cpus", "CPU"), ("cores", "core"), ("sockets", "socket"), (
+        "numa_nodes", "NUMA node"), ("uncore_caches", "uncore cache"), ("threads_per_core", "thread"))]
+    out.write("Node (%s): %s per core\n" % (topo.source, ", ".join(counts)))
+    options = ", ".join(policy.options.enabled()) or "none"
+    out.write("Static policy: reserved CPUs %s, options: %s\n\n" % (policy.reserved or "none", options))
+    out.write("%-26s %-10s %-11s %-8s %s\n" % ("POD/CONTAINER", "QOS", "CPU REQUEST", "PINNED", "CPUS"))
+    for row in rows:
+        cpus = row["cpus"] if row["cpus"] is not None else "refused: " + row["refused"]
+        name = "%s/%s" % (row["pod"], row["container"])
+        pinned = "yes" if row["exclusive"] else "no"
+        out.write("%-26s %-10s %-11s %-8s %s\n" % (name, row["qos"], row["cpu_request"], pinned, cpus))
+    out.write("\nShared pool after these allocations: %s\n" % (state.default or "(empty)"))
+    return 0
+
+
+def _plural(count: int, word: str) -> str:
+    return "%d %s%s" % (count, word, "" if count == 1 else "s")
+
+
+def doc_request(doc: Dict[str, Any], name: str) -> str:
+    for item in doc.get("init_containers", []) + doc["containers"]:
+        if item["name"] == name:
+            return item.get("cpu_request") or item.get("cpu_limit") or "-"
+    return "-"

@@ -1,0 +1,102 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""What the kernel applies to a container: cpusets, memory nodes, CFS quota and throttling (RUNTIME.md 3).
+
+cgroup v1 (one hierarchy per controller, ``cpu`` possibly mounted as ``cpu,cpuacct``) and v2 (unified).
+Paths are cgroupfs-form container cgroups (``/kubepods/pod<uid>/<id>``) relative to the mount point.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, Optional, Tuple
+
+from ..errors import CPUSetError, StoreError
+from ..kubelet.cpuset import CPUSet
+
+DEFAULT_ROOT = "/sys/fs/cgroup"
+
+
+class CgroupFS:
+    def __init__(self, root: str = DEFAULT_ROOT) -> None:
+        self.root = root
+        self.v2 = os.path.exists(os.path.join(root, "cgroup.controllers"))
+
+    def directory(self, controller: str, path: str) -> str:
+        if self.v2:
+            return os.path.join(self.root, path.lstrip("/"))
+        return os.path.join(self.root, controller, path.lstrip("/"))
+
+    def _read(self, controller: str, path: str, name: str) -> Optional[str]:
+        if not path:
+            return None
+        try:
+            with open(os.path.join(self.directory(controller, path), name), encoding="utf-8") as handle:
+                return handle.read().strip()
+        except OSError:
+            return None
+
+    def _set(self, path: str, name: str) -> Optional[CPUSet]:
+        text = self._read("cpuset", path, name)
+        if text is None:
+            return None
+        try:
+            return CPUSet.parse(text)
+        except CPUSetError:
+            return None
+
+    def cpus(self, path: str) -> Optional[CPUSet]:
+        """The container's cpuset (v1 ``cpuset.cpus``, v2 ``cpuset.cpus.effective``); None when unreadable."""
+        return self._set(path, "cpuset.cpus.effective" if self.v2 else "cpuset.cpus")
+
+    def mems(self, path: str) -> Optional[CPUSet]:
+        return self._set(path, "cpuset.mems.effective" if self.v2 else "cpuset.mems")
+
+    def quota(self, path: str) -> Optional[Tuple[int, int]]:
+        """(quota µs, period µs), quota -1 for none; None when unreadable."""
+        if self.v2:
+            text = self._read("cpu", path, "cpu.max")
+            if text is None:
+                return None
+            fields = text.split()
+            try:
+                period = int(fields[1]) if len(fields) > 1 else 100000
+                return (-1 if fields[0] == "max" else int(fields[0])), period
+            except (ValueError, IndexError):
+                return None
+        quota_text = self._read("cpu", path, "cpu.cfs_quota_us")
+        period_text = self._read("cpu", path, "cpu.cfs_period_us")
+        try:
+            return (int(quota_text), int(period_text)) if quota_text is not None and period_text is not None else None
+        except ValueError:
+            return None
+
+    def set_quota(self, path: str, quota: int, period: int) -> None:
+        """Write a CFS quota (-1: none) into a cgroup the kubelet owns (the pod level)."""
+        if self.v2:
+            target, value = "cpu.max", "%s %d" % ("max" if quota < 0 else str(quota), period)
+        else:
+            target, value = "cpu.cfs_quota_us", str(quota)
+        name = os.path.join(self.directory("cpu", path), target)
+        try:
+            with open(name, "w", encoding="utf-8") as handle:
+                handle.write(value)
+        except OSError as exc:
+            raise StoreError("cannot write %s to %s: %s" % (value, name, exc.strerror or exc)) from None
+
+    def cpu_stat(self, path: str) -> Dict[str, int]:
+        """CFS throttling counters: nr_periods, nr_throttled, throttled_usec (v1 ns converted)."""
+        text = self._read("cpuacct" if not self.v2 and not self._has("cpu", path) else "cpu", path, "cpu.stat")
+        stats: Dict[str, int] = {}
+        for line in (text or "").splitlines():
+            key, _sep, value = line.partition(" ")
+            try:
+                stats[key] = int(value)
+            except ValueError:
+                continue
+        if "throttled_time" in stats and "throttled_usec" not in stats:
+            stats["throttled_usec"] = stats.pop("throttled_time") // 1000
+        return stats
+
+    def _has(self, controller: str, path: str) -> bool:
+        return os.path.isdir(self.directory(controller, path))

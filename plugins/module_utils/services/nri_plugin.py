@@ -1,0 +1,279 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""``kubecpu nri``: the CPU manager as an NRI plugin, so a container runs on its CPUs from its first instruction.
+
+The runtime (containerd >= 1.7 with NRI enabled, CRI-O >= 1.26) tells the plugin what it runs and asks it before a
+container is created. Every decision is the node manager's own reconcile pass over what NRI told, through
+``NRIView``, a runtime whose list is NRI's containers and whose updates are collected into the reply instead of
+pushed: the same state file, lock, policy, options and Topology Manager as the agent and the modules, so they can
+all run on one node and never double-book a CPU.
+
+* Synchronize (on every (re)connection): adopts what runs, replies with the updates that bring each container to
+  its target;
+* CreateContainer: the new container's cpuset (and with the options memory nodes and quota) in the adjustment, the
+  shared containers whose pool shrank in the same reply;
+* UpdateContainer (an in-place resize, new resources for the same container): decided again with them;
+* StopContainer: the container is stopped (an init container's CPUs stay for its pod's app containers); a removed
+  container is released, and the containers whose pool grew are updated unsolicited.
+
+A reply that cannot be made within the runtime's request timeout (default 2 s) is not made at all (the runtime has
+given up on it) and the log says why.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
+
+from ..errors import ContainerNotFoundError, ContainerRuntimeError, KubecpuError, StateError
+from ..kubelet.cpuset import CPUSet
+from ..node.manager import NodeManager
+from ..node.metrics import Metrics
+from ..runtime.container_cache import ContainerCache
+from ..runtime.model import EXITED, RUNNING, ContainerInfo, ListedContainer, RuntimeBase
+from ..runtime.nri_api import (CREATE_CONTAINER, DEFAULT_INDEX, DEFAULT_NAME, DEFAULT_SOCKET, PLUGIN_SERVICE,
+                               REMOVE_CONTAINER, RUNTIME_SERVICE, STOP_CONTAINER, UPDATE_CONTAINER, container_model,
+                               event_mask, now_ns, schema)
+from ..wire.ttrpc import OK, UNIMPLEMENTED, UNKNOWN, Channel
+from .agent import say, write_metrics
+
+DEFAULT_REQUEST_TIMEOUT = 2.0
+EVENTS = event_mask(CREATE_CONTAINER, UPDATE_CONTAINER, STOP_CONTAINER, REMOVE_CONTAINER)
+Fields = Dict[str, Any]
+
+
+class NRIView(RuntimeBase):
+    """The containers NRI told of, as the manager's runtime; updates are collected, not pushed."""
+
+    name = "nri"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.known: Dict[str, Tuple[ListedContainer, ContainerInfo]] = {}
+        self.pending: Dict[str, Fields] = {}
+
+    def list_containers(self) -> List[ListedContainer]:
+        self.count("list")
+        return [listed for listed, _info in self.known.values()]
+
+    def inspect(self, container_id: str) -> ContainerInfo:
+        if container_id not in self.known:
+            raise ContainerNotFoundError("container %s not known to NRI" % container_id, "inspect", container_id)
+        return self.known[container_id][1]
+
+    def describe(self, listed: ListedContainer) -> ContainerInfo:
+        return self.inspect(listed.id)
+
+    def update(self, container_id: str, cpuset_cpus: Optional[CPUSet] = None, cpuset_mems: Optional[CPUSet] = None,
+               cpu_quota: Optional[int] = None, cpu_period: Optional[int] = None) -> None:
+        self.count("update")
+        self.inspect(container_id)
+        fields = self.pending.setdefault(container_id, {})
+        fields.update({k: v for k, v in (("cpus", cpuset_cpus), ("mems", cpuset_mems), ("quota", cpu_quota),
+                                         ("period", cpu_period)) if v is not None})
+
+
+def resources(pb: Any, fields: Fields) -> Any:
+    """NRI LinuxResources with only the given CPU fields."""
+    message = pb.LinuxResources()
+    if "cpus" in fields:
+        message.cpu.cpus = str(fields["cpus"])
+    if "mems" in fields:
+        message.cpu.mems = str(fields["mems"])
+    if "quota" in fields:
+        message.cpu.quota.value = fields["quota"]
+    if "period" in fields:
+        message.cpu.period.value = fields["period"]
+    return message
+
+
+class NRIPlugin:
+    """One plugin connection at a time; reconnects (and synchronizes again) when the runtime restarts."""
+
+    def __init__(self, manager: NodeManager, view: NRIView, log: TextIO, *, socket_path: str = DEFAULT_SOCKET,
+                 name: str = DEFAULT_NAME, index: str = DEFAULT_INDEX, metrics_path: Optional[str] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.manager = manager
+        self.view = view
+        self.log = log
+        self.socket_path = socket_path
+        self.name = name
+        self.index = index
+        self.metrics_path = metrics_path
+        self.metrics = Metrics()
+        self.clock = clock
+        self.pb = schema()
+        self.request_timeout = DEFAULT_REQUEST_TIMEOUT
+        self.stopping: Optional[int] = None
+        self.unsolicited: Dict[str, Fields] = {}
+        self.channel: Optional[Channel] = None
+        self.collecting = False  # a Synchronize in several parts ("more")
+        self.last_errors: List[Dict[str, str]] = []
+        self.handlers: Dict[str, Callable[[bytes], Any]] = {
+            "Configure": self._on_configure, "Synchronize": self._on_synchronize,
+            "CreateContainer": self._on_create_container, "UpdateContainer": self._on_update_container,
+            "StopContainer": self._on_stop_container, "StateChange": self._on_state_change,
+            "Shutdown": self._on_shutdown}
+
+    def _say(self, level: str, message: str, **fields: Any) -> None:
+        say(self.log, level, message, **fields)
+
+    # --- the connection -------------------------------------------------------------------------------------
+    def run(self, retry: float = 1.0) -> int:
+        """Connect, register and serve until SIGTERM or SIGINT; reconnect after the runtime goes away."""
+        previous = {sig: signal.signal(sig, self._stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        self._say("info", "NRI plugin started", socket=self.socket_path, plugin=self.name, index=self.index,
+                  state=self.manager.store.path, policy=self.manager.policy.name)
+        try:
+            while self.stopping is None:
+                try:
+                    self.serve_connection()
+                except (ContainerRuntimeError, OSError) as exc:
+                    self._say("warning", "NRI connection: %s; retrying in %.1fs" % (exc, retry))
+                if self.stopping is None:
+                    time.sleep(retry)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        self._say("info", "NRI plugin stopped")
+        return 0
+
+    def _stop(self, signum: int, _frame: Any) -> None:
+        self.stopping = signum
+        if self.channel is not None:
+            self.channel.closed = True
+
+    def serve_connection(self) -> None:
+        self.channel = Channel.connect(self.socket_path, self.request_timeout)
+        try:
+            request = self.pb.RegisterPluginRequest(plugin_name=self.name, plugin_idx=self.index)
+            self.channel.call(RUNTIME_SERVICE, "RegisterPlugin", request.SerializeToString(), self.request_timeout,
+                              self.handle)
+            self._say("info", "registered with the runtime", plugin=self.name, index=self.index)
+            while self.stopping is None and not self.channel.closed:
+                self.channel.serve(self.handle, timeout=0.5)
+                self._send_unsolicited()
+        finally:
+            self.channel.close()
+            self.channel = None
+
+    def _send_unsolicited(self) -> None:
+        if not self.unsolicited or self.channel is None:
+            return
+        updates, self.unsolicited = self.unsolicited, {}
+        request = self.pb.UpdateContainersRequest(update=self._updates(updates))
+        reply = self.pb.UpdateContainersResponse.FromString(self.channel.call(
+            RUNTIME_SERVICE, "UpdateContainers", request.SerializeToString(), self.request_timeout, self.handle))
+        for failed in reply.failed:
+            self._say("warning", "the runtime could not update container %s" % failed.container_id)
+
+    # --- the requests ---------------------------------------------------------------------------------------
+    def handle(self, service: str, method: str, payload: bytes, deadline: float) -> Optional[Tuple[int, str, bytes]]:
+        """One request of the runtime; None when the answer would come after the runtime's deadline."""
+        on = self.handlers.get(method) if service == PLUGIN_SERVICE else None
+        if on is None:
+            return UNIMPLEMENTED, "kubecpu does not handle %s.%s" % (service, method), b""
+        started = self.clock()
+        try:
+            reply = on(payload)
+        except KubecpuError as exc:
+            self._say("error", "%s: %s" % (method, exc))
+            return UNKNOWN, str(exc), b""
+        late = deadline and time.monotonic() > deadline
+        if late:
+            self._say("error", "%s answered after the runtime's request timeout (%.3fs): not sent; the runtime has "
+                      "gone on without it" % (method, self.clock() - started))
+            return None
+        return OK, "", reply.SerializeToString()
+
+    def _on_configure(self, payload: bytes) -> Any:
+        request = self.pb.ConfigureRequest.FromString(payload)
+        if request.request_timeout > 0:
+            self.request_timeout = request.request_timeout / 1000.0
+        # the state lock must be had (or given up) well within the runtime's timeout
+        self.manager.store.lock_timeout = self.request_timeout / 2
+        self._say("info", "configured by %s %s" % (request.runtime_name, request.runtime_version),
+                  request_timeout_seconds=self.request_timeout, events=EVENTS)
+        return self.pb.ConfigureResponse(events=EVENTS)
+
+    def _on_synchronize(self, payload: bytes) -> Any:
+        request = self.pb.SynchronizeRequest.FromString(payload)
+        pods = {pod.id: pod for pod in request.pods}
+        if not self.collecting:
+            self.view.known = {}
+        self.collecting = request.more
+        for order, container in enumerate(request.containers):
+            pod = pods.get(container.pod_sandbox_id)
+            if pod is not None:
+                self.view.known[container.id] = container_model(pod, container, order + 1)
+        if request.more:
+            return self.pb.SynchronizeResponse(more=True)
+        updates = self._pass("synchronize")
+        return self.pb.SynchronizeResponse(update=self._updates(updates))
+
+    def _on_create_container(self, payload: bytes) -> Any:
+        request = self.pb.CreateContainerRequest.FromString(payload)
+        cid = request.container.id
+        self.view.known[cid] = container_model(request.pod, request.container, now_ns(), state=RUNNING)
+        updates = self._pass("create")
+        reply = self.pb.CreateContainerResponse()
+        own = updates.pop(cid, None)
+        if own:
+            reply.adjust.linux.resources.CopyFrom(resources(self.pb, own))
+        reply.update.extend(self._updates(updates))
+        return reply
+
+    def _on_update_container(self, payload: bytes) -> Any:
+        request = self.pb.UpdateContainerRequest.FromString(payload)
+        cid = request.container.id
+        state = self.view.known[cid][0].state if cid in self.view.known else RUNNING
+        self.view.known[cid] = container_model(request.pod, request.container, self._created(cid), state=state,
+                                               resources=request.linux_resources)
+        updates = self._pass("update")
+        refused = [e["error"] for e in self.last_errors if e.get("container_id") == cid
+                   and e["error"].startswith("resize refused")]
+        if refused:  # the kubelet refuses a resize below the baseline: so does the runtime, told by the plugin
+            raise StateError(refused[0])
+        return self.pb.UpdateContainerResponse(update=self._updates(updates))
+
+    def _on_stop_container(self, payload: bytes) -> Any:
+        request = self.pb.StopContainerRequest.FromString(payload)
+        cid = request.container.id  # when it stopped tells an init container from the app containers after it
+        self.view.known[cid] = container_model(request.pod, request.container, self._created(cid), state=EXITED,
+                                               finished_at=now_ns())
+        return self.pb.StopContainerResponse(update=self._updates(self._pass("stop")))
+
+    def _on_state_change(self, payload: bytes) -> Any:
+        event = self.pb.StateChangeEvent.FromString(payload)
+        if event.event == REMOVE_CONTAINER:
+            self.view.known.pop(event.container.id, None)
+            self.unsolicited.update(self._pass("remove"))
+        return self.pb.Empty()
+
+    def _on_shutdown(self, payload: bytes) -> Any:
+        self._say("info", "the runtime is shutting down")
+        return self.pb.Empty()
+
+    # --- deciding -------------------------------------------------------------------------------------------
+    def _created(self, cid: str) -> int:
+        return self.view.known[cid][0].created_at if cid in self.view.known else now_ns()
+
+    def _pass(self, why: str) -> Dict[str, Fields]:
+        """The manager's reconcile pass over what NRI told; returns the collected updates by container ID."""
+        self.view.pending = {}
+        self.manager.cache = ContainerCache()  # NRI's facts are current; nothing to remember by ID
+        started = self.clock()
+        plan = self.manager.reconcile(apply=True)
+        doc = plan.to_dict()
+        self.last_errors = doc["errors"]
+        self.metrics.record(doc, self.clock() - started, self.manager.topology, plan.after,
+                            self.manager.policy.reserved)
+        if doc["actions"] or doc["errors"]:
+            self._say("info", why, actions=doc["actions"], errors=doc["errors"])
+        write_metrics(self.metrics, self.metrics_path, self.log)
+        return dict(self.view.pending)
+
+    def _updates(self, updates: Dict[str, Fields]) -> List[Any]:
+        return [self.pb.ContainerUpdate(container_id=cid, linux=self.pb.LinuxContainerUpdate(
+            resources=resources(self.pb, fields))) for cid, fields in sorted(updates.items())]

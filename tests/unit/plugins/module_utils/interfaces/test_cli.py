@@ -1,0 +1,403 @@
+"""bin/kubecpu: the kubelet cases through the command line, exit codes, and the state commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import checksum, decode, encode
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.cli_run import run
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import (cgroup_cpus, make_node,
+                                                                                    set_cgroup_cpus)
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_sysfs import build, machine
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import (ROOT, cases, fixture,
+                                                                                      fixture_as_document, ids)
+
+KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
+OPTION_FLAGS = {"prefer_align_by_uncore_cache": "prefer-align-cpus-by-uncorecache",
+                "distribute_cpus_across_cores": "distribute-cpus-across-cores"}
+
+
+@pytest.fixture(scope="module")
+def topo_files(tmp_path_factory):
+    base = tmp_path_factory.mktemp("topologies")
+    paths = {}
+    for name in ("fakeTopoMultiSocketDualSocketPerNumaHT", "topoSingleSocketHT", "topoDualSocketHT", "topoDualSocketNoHT", "topoDualSocketMultiNumaPerSocketHT",
+                 "topoDualSocketMultiNumaPerSocketHTLarge", "topoQuadSocketFourWayHT", "topoUncoreDualSocketNoSMT",
+                 "topoUncoreSingleSocketNoSMT", "topoUncoreSingleSocketSMT", "topoUncoreSingleSocketMultiNuma",
+                 "topoDualSocketSingleNumaPerSocketSMTUncore", "topoSingleSocketSingleNumaPerSocketSMTSmallUncore",
+                 "topoSingleSocketSingleNumaPerSocketNoSMTSmallUncore", "topoSmallDualSocketSingleNumaPerSocketNoSMTUncore",
+                 "topoLargeSingleSocketSingleNumaPerSocketSMTUncore", "topoLargeSingleSocketSingleNumaPerSocketUncore",
+                 "topoDualSocketMultiNumaPerSocketUncore", "topoDualSocketSubNumaPerSocketHTMonolithicUncore",
+                 "topoSingleSocketSingleNumaPerSocketPCoreHTMonolithicUncore",
+                 "topoSingleSocketSingleNumaPerSocketUncore"):
+        path = base / ("%s.json" % name)
+        path.write_text(json.dumps(fixture_as_document(name)))
+        paths[name] = str(path)
+    return paths
+
+
+TAKE = cases("take_by_topology.json")
+
+
+def _plan_argv(case, topo_files):
+    argv = ["plan", "--topology", topo_files[case["topology"]], "--available", case["available"],
+            "--count", str(case["num_cpus"])]
+    for key, on in case["options"].items():
+        if on:
+            argv += ["--option", OPTION_FLAGS[key]]
+    if case["algorithm"] == "numa_distributed":
+        argv += ["--option", "distribute-cpus-across-numa"]
+        if case["cpu_group_size"] > 1:
+            argv += ["--option", "full-pcpus-only=true"]
+    return argv
+
+
+def _smt_refusal(case):
+    """Through the policy, full-pcpus-only's checks (ALGORITHM.md 7.2/7.5) run before the algorithm."""
+    group = case["cpu_group_size"] or 1
+    if group == 1:
+        return None
+    n = case["num_cpus"]
+    whole = len(fixture(case["topology"]).whole_core_cpus(CPUSet.parse(case["available"])))
+    if n % group:
+        return "SMT Alignment Error: requested %d cpus not multiple cpus per core = %d" % (n, group)
+    if n > whole:
+        return ("SMT Alignment Error: not enough free physical CPUs: available physical CPUs = %d, requested CPUs = "
+                "%d, CPUs per core = %d" % (whole, n, group))
+    return None
+
+
+@pytest.mark.parametrize("case", TAKE, ids=ids(TAKE))
+def test_take_by_topology_cases_through_plan(case, topo_files):
+    code, out, err = run(_plan_argv(case, topo_files))
+    refusal = _smt_refusal(case)
+    if refusal:
+        assert (code, out, err.strip()) == (1, "", refusal)
+    elif case["expect_error"]:
+        assert (code, out, err.strip()) == (1, "", case["expected_error"])
+    else:
+        assert (code, json.loads(out), err) == (0, {"cpus": case["expected"]}, "")
+
+
+ALLOCATE = cases("static_policy.json", kind="allocate")
+
+
+def _valid_state(case, policy_reserved, strict):
+    """The README's equivalent valid state: same default - reserved, missing CPUs held by another pod."""
+    initial = case["initial_state"]
+    topo = fixture(case["topology"])
+    default = CPUSet.parse(initial["default_cpuset"]).difference(policy_reserved)
+    default = default if strict else default.union(policy_reserved)
+    entries = {pod: {name: CPUSet.parse(cpus) for name, cpus in containers.items()}
+               for pod, containers in initial["assignments"].items()}
+    state = CPUState("static", default, entries)
+    everything = topo.all_cpus.difference(policy_reserved) if strict else topo.all_cpus
+    missing = everything.difference(default).difference(state.assigned())
+    if missing:
+        state.set("filler-pod", "filler", missing)
+    return state
+
+
+@pytest.mark.parametrize("case", ALLOCATE, ids=ids(ALLOCATE))
+def test_static_policy_allocate_cases_through_the_cli(case, topo_files, tmp_path):
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import StaticPolicy
+    reserved = CPUSet.parse(case["reserved_cpus"]) if case["reserved_cpus"] else None
+    policy = StaticPolicy(fixture(case["topology"]), case["num_reserved_cpus"], reserved, case["options"])
+    state_path = tmp_path / "cpu_manager_state"
+    before = encode(_valid_state(case, policy.reserved, policy.options.strict_cpu_reservation))
+    state_path.write_bytes(before)
+    pod_path = tmp_path / "pod.json"
+    pod_path.write_text(json.dumps(case["pod"]))
+    argv = ["allocate", "--topology", topo_files[case["topology"]], "--state", str(state_path),
+            "--num-reserved", str(case["num_reserved_cpus"]), "--pod", str(pod_path), "--container", case["container"]]
+    if case["reserved_cpus"]:
+        argv += ["--reserved-cpus", case["reserved_cpus"]]
+    for name, value in case["options"].items():
+        argv += ["--option", "%s=%s" % (name, value)]
+    if case.get("topology_hint"):
+        argv += ["--numa-affinity", ",".join(map(str, case["topology_hint"]["numa"]))]
+    code, out, err = run(argv)
+    expected = case["expected"]
+    if expected["error"]:
+        assert (code, err.strip()) == (1, expected["error"])
+        assert state_path.read_bytes() == before
+        return
+    assert code == 0, err
+    result = json.loads(out)
+    restored = decode(state_path.read_bytes(), "static").state
+    assert state_path.read_bytes() == encode(restored)
+    if expected["allocated"]:
+        assert result == {"cpus": expected["cpuset"], "exclusive": True}
+        assert str(restored.get(case["pod"]["uid"], case["container"])) == expected["cpuset"]
+    else:
+        assert result == {"cpus": str(restored.default), "exclusive": False}
+
+
+def test_plan_exit_codes_and_messages(topo_files):
+    topo = topo_files["topoDualSocketHT"]
+    assert run(["plan", "--topology", topo, "--available", "0-11", "--count", "0"])[:2] == (0, '{"cpus": ""}\n')
+    for argv, needle in [
+        (["--available", "3-1", "--count", "1"], 'invalid range "3-1" (3 > 1)'),
+        (["--available", "0-11", "--count", "-1"], "must not be negative"),
+        (["--available", "0-12", "--count", "1"], "CPU(s) 12 that are not in the topology"),
+        (["--available", "0-11", "--count", "1", "--option", "bogus"], 'unknown CPU Manager Policy option: "bogus"'),
+        (["--available", "0-11", "--count", "1", "--option", "full-pcpus-only=yes"], "strconv.ParseBool"),
+        (["--available", "0-11", "--count", "1", "--numa-affinity", "7"], "NUMA node(s) 7 not in the topology"),
+        (["--available", "0-11", "--count", "1", "--option", "full-pcpus-only", "--option",
+          "distribute-cpus-across-cores"], "can not be used at the same time"),
+    ]:
+        code, out, err = run(["plan", "--topology", topo] + argv)
+        assert code == 2 and out == "" and needle in err, (argv, err)
+    code, out, err = run(["plan", "--topology", topo_files["fakeTopoMultiSocketDualSocketPerNumaHT"], "--available",
+                          "0-79", "--count", "1", "--option", "align-by-socket"])
+    assert code == 2 and "Align by socket is not compatible with hardware where number of sockets are more than " \
+        "number of NUMA" in err
+
+
+@pytest.mark.parametrize("value", ["1", "t", "T", "TRUE", "true", "True"])
+def test_option_values_parse_like_go(value, topo_files):
+    code, out, err = run(["plan", "--topology", topo_files["topoDualSocketHT"], "--available", "0-11",
+                          "--count", "3", "--option", "full-pcpus-only=" + value])
+    assert code == 1 and "SMT Alignment Error: requested 3 cpus not multiple cpus per core = 2" in err
+
+
+def test_plan_reads_the_topology_from_stdin(topo_files):
+    doc = open(topo_files["topoSingleSocketHT"]).read()
+    assert run(["plan", "--topology", "-", "--available", "0-7", "--count", "2"], stdin=doc)[:2] == (0, '{"cpus": "0,4"}\n')
+
+
+def test_topology_command_discovers_a_sysfs_tree(tmp_path):
+    root = build(str(tmp_path), machine(2, 2, 2), isolated="3")
+    code, out, _err = run(["topology", "--sysfs-root", root])
+    doc = json.loads(out)
+    assert code == 0 and doc["format"] == "kubecpu.topology/v1" and doc["source"] == "sysfs"
+    assert len(doc["cpus"]) == 8 and doc["isolated"] == "3"
+    assert set(doc["cpus"][0]) == {"cpu", "core", "socket", "die", "numa", "uncore", "online"}
+
+
+class Node:
+    """A node for the stateful commands: a fixture topology and a state file."""
+
+    def __init__(self, tmp_path, topo_files, topology="topoDualSocketHT", extra=()):
+        self.tmp = tmp_path
+        self.state = str(tmp_path / "cpu_manager_state")
+        self.common = ["--topology", topo_files[topology], "--state", self.state] + list(extra)
+
+    def pod(self, uid, containers, init=()):
+        path = self.tmp / ("%s.json" % uid)
+
+        def make(name, cpu, **kw):
+            return dict({"name": name, "cpu_request": cpu, "cpu_limit": cpu, "memory_request": "1G",
+                         "memory_limit": "1G"}, **kw)
+        path.write_text(json.dumps({"uid": uid, "name": uid, "namespace": "ns",
+                                    "containers": [make(n, c) for n, c in containers],
+                                    "init_containers": [make(n, c, **kw) for n, c, kw in init]}))
+        return str(path)
+
+    def run(self, command, *argv):
+        return run([command] + self.common + list(argv))
+
+    def file(self):
+        return decode(open(self.state, "rb").read(), "static").state
+
+
+def test_missing_state_is_created_as_the_kubelet_creates_it(tmp_path, topo_files):
+    node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
+    code, out, _err = run(["state", "--state", node.state])
+    assert (code, json.loads(out)) == (0, {"policyName": "static", "defaultCpuSet": "", "entries": {}})
+    assert open(node.state, "rb").read() == b'{"policyName":"static","defaultCpuSet":"","checksum":%d}' % checksum(
+        "static", "", {})
+    code, out, _err = node.run("state")
+    assert json.loads(out)["defaultCpuSet"] == "0-11"  # after the policy's Start
+    assert open(node.state, "rb").read() == encode(CPUState("static", CPUSet.parse("0-11")))
+
+
+def test_allocate_release_cycle(tmp_path, topo_files):
+    node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
+    pod = node.pod("uid-1", [("app", "4"), ("side", "500m")], init=[("init", "2", {})])
+    assert node.run("allocate", "--pod", pod, "--container", "init")[:2] == (0, '{"cpus": "2,8", "exclusive": true}\n')
+    code, out, _err = node.run("allocate", "--pod", pod, "--container", "app")
+    assert json.loads(out) == {"cpus": "2,4,8,10", "exclusive": True}  # reuses the init container's CPUs
+    code, out, _err = node.run("allocate", "--pod", pod, "--container", "side")
+    assert json.loads(out) == {"cpus": "0-1,3,5-7,9,11", "exclusive": False}
+    again = node.run("allocate", "--pod", pod, "--container", "app")
+    assert json.loads(again[1])["cpus"] == "2,4,8,10"
+    assert node.run("release", "--pod-uid", "uid-1", "--container", "init")[1] == '{"released": ""}\n'
+    assert node.run("release", "--pod-uid", "uid-1", "--container", "app")[1] == '{"released": "2,4,8,10"}\n'
+    assert node.run("release", "--pod-uid", "uid-1", "--container", "app")[1] == '{"released": ""}\n'
+    assert node.file() == CPUState("static", CPUSet.parse("0-11"))
+
+
+def test_refusals_leave_the_file_unchanged(tmp_path, topo_files):
+    node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
+    node.run("state")
+    before = open(node.state, "rb").read()
+    big = node.pod("uid-big", [("app", "12")])
+    code, out, err = node.run("allocate", "--pod", big, "--container", "app")
+    assert (code, out, err.strip()) == (1, "", "not enough cpus available to satisfy request: requested=12, available=11")
+    assert open(node.state, "rb").read() == before
+    odd = node.pod("uid-odd", [("app", "3")])
+    code, _out, err = node.run("allocate", "--pod", odd, "--container", "app", "--option", "full-pcpus-only")
+    assert code == 1 and "SMT Alignment Error" in err and open(node.state, "rb").read() == before
+
+
+def test_invalid_and_corrupt_states_are_reported_and_kept(tmp_path, topo_files):
+    node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
+    corrupt = b'{"policyName":"static","defaultCpuSet":"0-11","checksum":7}'
+    with open(node.state, "wb") as handle:
+        handle.write(corrupt)
+    code, _out, err = node.run("state")
+    assert code == 1 and "checkpoint is corrupted" in err and node.state in err
+    assert open(node.state, "rb").read() == corrupt
+    foreign = encode(CPUState("static", CPUSet.parse("0-12")))
+    with open(node.state, "wb") as handle:
+        handle.write(foreign)
+    code, _out, err = node.run("allocate", "--pod", node.pod("u", [("a", "1")]), "--container", "a")
+    assert code == 1 and 'current set of available CPUs "0-11" doesn\'t match with CPUs in state "0-12"' in err
+    assert open(node.state, "rb").read() == foreign
+    code, out, err = node.run("state", "--reset")
+    assert code == 0 and "moved" in err and json.loads(out)["defaultCpuSet"] == "0-11"
+    aside = [n for n in os.listdir(tmp_path) if n.startswith("cpu_manager_state.reset-")]
+    assert len(aside) == 1 and open(os.path.join(str(tmp_path), aside[0]), "rb").read() == foreign
+
+
+def test_reservation_rules(tmp_path, topo_files):
+    node = Node(tmp_path, topo_files)
+    code, _out, err = node.run("state", "--num-reserved", "1", "--reserved-cpus", "0-1")
+    assert code == 2 and "[cpumanager] unable to reserve the required amount of CPUs (size of 0-1 did not equal 1)" in err
+    code, out, _err = node.run("state", "--reserved-cpus", "0-1", "--option", "strict-cpu-reservation")
+    assert code == 0 and json.loads(out)["defaultCpuSet"] == "2-11"
+    (tmp_path / "zero").mkdir()
+    assert Node(tmp_path / "zero", topo_files).run("state", "--num-reserved", "0")[0] == 0  # as the policy accepts
+
+
+def test_none_policy(tmp_path, topo_files):
+    node = Node(tmp_path, topo_files, extra=["--policy", "none"])
+    code, out, _err = node.run("allocate", "--pod", node.pod("u", [("a", "2")]), "--container", "a")
+    assert (code, json.loads(out)) == (0, {"cpus": "", "exclusive": False})
+    assert open(node.state, "rb").read() == b'{"policyName":"none","defaultCpuSet":"","checksum":1353318690}'
+    code, _out, err = node.run("state", "--option", "full-pcpus-only")
+    assert code == 2 and "None policy: received unsupported options=map[full-pcpus-only:true]" in err
+    code, _out, err = run(["state", "--state", node.state])  # configured static, file says none
+    assert code == 1 and 'configured policy "static" differs from state checkpoint policy "none"' in err
+
+
+def test_read_only_state(tmp_path, topo_files):
+    node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
+    node.run("state")
+    code, _out, err = node.run("allocate", "--pod", node.pod("u", [("a", "2")]), "--container", "a", "--read-only")
+    assert code == 1 and "read-only" in err
+    assert node.run("state", "--read-only")[0] == 0
+
+
+def test_bad_pod_files(tmp_path, topo_files):
+    node = Node(tmp_path, topo_files)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    assert node.run("allocate", "--pod", str(bad), "--container", "a")[0] == 2
+    assert node.run("allocate", "--pod", node.pod("u", [("a", "1")]), "--container", "zz")[0] == 2
+    assert node.run("allocate", "--pod", str(tmp_path / "missing.json"), "--container", "a")[0] == 2
+
+
+def test_the_launcher_runs_with_plain_python(topo_files):
+    """bin/kubecpu as a user runs it: the sh launcher, python3 from PATH, no Ansible importable."""
+    env = {"PATH": os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"]), "PYTHONNOUSERSITE": "1",
+           "KUBECPU_PYTHON": sys.executable}
+
+    def kubecpu(*argv):
+        return subprocess.run([KUBECPU, *argv], capture_output=True, text=True, env=env, check=False)
+    proc = kubecpu("plan", "--topology", topo_files["topoDualSocketHT"], "--available", "0-11", "--count", "2")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, '{"cpus": "0,6"}\n', "")
+    proc = kubecpu("plan", "--available", "0")
+    assert proc.returncode == 2 and "required" in proc.stderr
+    proc = kubecpu("demo", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["containers"]
+    proc = subprocess.run([sys.executable, "-S", KUBECPU, "--version"], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "kubecpu 0.3.0"  # no site-packages at all
+
+
+def test_state_rebuild_from_the_runtime_keeps_the_lost_file(tmp_path):
+    crictl = make_node(str(tmp_path / "node"))
+    for key, cid in crictl.items():
+        if key.count("/") == 2 and not cid.startswith("/"):
+            set_cgroup_cpus(crictl, cid, "1-2" if key == "prod/web/main" else "0,3")
+    state = tmp_path / "cpu_manager_state"
+    state.write_text("truncated{")
+    argv = ["state", "--rebuild", "--state", str(state), "--topology", crictl["topology"], "--num-reserved", "1",
+            "--crictl", crictl["crictl"], "--cgroup-root", crictl["cgroup"]]
+    code, out, err = run(argv + ["--check"])
+    assert code == 0 and json.loads(out)["entries"] == {"a06b0ffe-e387-47dc-90e2-339fa3fc242a": {"main": "1-2"}}
+    assert state.read_text() == "truncated{" and "kept" not in err
+    code, out, err = run(argv)
+    assert code == 0 and "the previous file is kept as %s.rebuild-" % state in err
+    assert decode(state.read_bytes(), "static").state.to_dict() == json.loads(out)
+    assert run(argv + ["--reset"])[0] == 2
+
+
+def _split_node(tmp_path):
+    """The crictl stand-in on 8 single-thread CPUs in two NUMA nodes (0-3, 4-7), prod/web/main pinned across both."""
+    crictl = make_node(str(tmp_path / "node"), cpus="0-7")
+    topology = tmp_path / "two-numa.json"
+    topology.write_text(json.dumps({"format": "kubecpu.topology/v1", "source": "file", "cpus": [
+        {"cpu": c, "core": c, "socket": 0, "numa": c // 4, "uncore": 0} for c in range(8)]}))
+    state = tmp_path / "state"
+    state.write_bytes(encode(CPUState("static", CPUSet.parse("0-2,5-7"),
+                                      {"a06b0ffe-e387-47dc-90e2-339fa3fc242a": {"main": CPUSet.parse("3-4")}})))
+    common = ["--state", str(state), "--topology", str(topology), "--num-reserved", "1", "--crictl", crictl["crictl"],
+              "--cgroup-root", crictl["cgroup"], "--kubelet-state", str(tmp_path / "none")]
+    return crictl, state, common
+
+
+def test_defrag_moves_the_container_that_splits_two_numa_nodes(tmp_path):
+    crictl, state, common = _split_node(tmp_path)
+    before = state.read_bytes()
+    code, out, _err = run(["defrag", "--check"] + common)
+    plan = json.loads(out)
+    want = {"pod_uid": "a06b0ffe-e387-47dc-90e2-339fa3fc242a", "containers": ["main"], "cpus_before": "3-4",
+            "cpus_after": "1-2"}
+    assert code == 0 and plan["moves"] == [want]
+    assert (plan["before"]["largest_single_numa_whole_cores"], plan["after"]["largest_single_numa_whole_cores"]) == (
+        3, 4)
+    assert state.read_bytes() == before
+    code, out, _err = run(["defrag"] + common)
+    assert code == 0 and decode(state.read_bytes(), "static").state.to_dict()["entries"] == {
+        "a06b0ffe-e387-47dc-90e2-339fa3fc242a": {"main": "1-2"}}
+    assert cgroup_cpus(crictl, crictl["prod/web/main"]) == "1-2"
+    assert cgroup_cpus(crictl, crictl["prod/api/app"]) == "0,3-7"
+    code, out, _err = run(["defrag"] + common)
+    assert code == 0 and json.loads(out)["moves"] == []  # optimal now
+
+
+def test_kubelet_version_selects_the_checkpoint_format(tmp_path, topo_files):
+    node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
+    code, _out, _err = node.run("allocate", "--pod", node.pod("u", [("a", "2")]), "--container", "a",
+                                "--kubelet-version", "1.37")
+    written = json.loads(open(node.state, encoding="utf-8").read())
+    assert code == 0 and set(written) == {"policyName", "defaultCpuSet", "entries", "checksum", "data", "dataChecksum"}
+    code, out, err = node.run("state", "--kubelet-version", "1.35")  # 1.35 reads a V4 file's V2 part
+    assert code == 0 and json.loads(out)["entries"] == {"u": {"a": json.loads(written["data"])["entries"]["u"]["a"]}}
+    code, _out, _err = node.run("state", "--kubelet-version", "1.36", "--feature-gate",
+                                "PodLevelResourceManagers=true")
+    rewritten = json.loads(open(node.state, encoding="utf-8").read())  # state writes what 1.36 writes: V3
+    assert code == 0 and set(rewritten) == {"policyName", "defaultCpuSet", "entries", "checksum"}  # no podEntries
+    code, _out, err = node.run("state", "--kubelet-version", "1.39")
+    assert code == 2 and "is not one kubecpu knows: 1.35, 1.36, 1.37, 1.38" in err
+    code, _out, err = node.run("state", "--kubelet-version", "1.37", "--feature-gate", "PodLevelResourceManagers")
+    assert code == 2 and "expected NAME=true or NAME=false" in err
+
+
+def test_plan_chooses_as_the_kubelet_version_does(tmp_path):
+    topology = tmp_path / "adjacent.json"
+    topology.write_text(json.dumps({"format": "kubecpu.topology/v1", "source": "file", "cpus": [
+        {"cpu": c, "core": c // 2, "socket": 0, "numa": 0, "uncore": 0} for c in range(8)]}))
+    argv = ["plan", "--topology", str(topology), "--available", "0-7", "--count", "3", "--option",
+            "distribute-cpus-across-cores"]
+    assert json.loads(run(argv)[1]) == json.loads(run(argv + ["--kubelet-version", "1.37"])[1]) == {"cpus": "0-2"}
+    assert json.loads(run(argv + ["--kubelet-version", "1.38.0"])[1]) == {"cpus": "0,2,4"}  # round robin over cores

@@ -1,0 +1,181 @@
+"""The checkpoint per kubelet version (KUBELET_VERSIONS.md part A): every checksum vector there with its input, the
+upstream test files read as each version reads them (fallbacks, acceptance, refusal texts), the bytes each version
+writes, and over generated states: what version V writes, V and every later version read back as the kubelet
+would, or refuse where it would."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import RestoreFailure
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import checksum
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint_formats import (data_checksum,
+                                                                                                     read, v3_checksum,
+                                                                                                     write)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.kubelet_versions import (POD_LEVEL,
+                                                                                                   kubelet_version)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+V135, V136, V136_ON, V137, V138 = (kubelet_version("1.35"), kubelet_version("1.36"),
+                                   kubelet_version("1.36", {POD_LEVEL: True}), kubelet_version("1.37"),
+                                   kubelet_version("1.38.1"))
+
+# KUBELET_VERSIONS.md A.4: upstream test files, verbatim
+V4_OK = ('{"policyName": "other", "defaultCPUSet": "1-9", "checksum": 1234, "data": "{\\"policyName\\":\\"static\\",'
+         '\\"defaultCPUSet\\":\\"1-3\\",\\"entries\\":{\\"pod\\":{\\"container1\\":\\"4-6\\",\\"container2\\":\\"7-9\\"}},'
+         '\\"podEntries\\":{\\"pod\\":{\\"cpuSet\\":\\"4-10\\"}},\\"baselines\\":{\\"pod\\":{\\"container1\\":'
+         '{\\"baseline\\":\\"4-5\\"},\\"container2\\":{\\"baseline\\":\\"7-8\\"}}}}", "dataChecksum": 1032795074}')
+V4_DATA_ONLY = ('{"data": "{\\"policyName\\":\\"static\\",\\"defaultCPUSet\\":\\"1-3\\",\\"entries\\":{\\"pod1\\":'
+                '{\\"container\\":\\"4-5\\"},\\"pod2\\":{\\"container\\":\\"7-8\\"}},\\"podEntries\\":{\\"pod1\\":'
+                '{\\"cpuSet\\":\\"4-6\\"},\\"pod2\\":{\\"cpuSet\\":\\"7-9\\"}}}", "dataChecksum": 2086345991}')
+V3_FILE = ('{"policyName": "static", "defaultCPUSet": "1-2", "entries": {"pod1": {"container1": "5-6", '
+           '"container2": "3-4"}}, "podEntries": {"pod2": {"cpuSet":"7-9"}}, "checksum": 766259872}')
+V2_FILE = ('{"policyName": "none", "defaultCPUSet": "1-3", "entries": {"pod": {"container1": "4-6", '
+           '"container2": "1-3"}}, "checksum": 3610638499}')
+DERIVED_V4 = ('{"policyName":"static","defaultCpuSet":"0-1,4-7","entries":{"0b1c2d3e-pod-uid":{"app":"2-3"}},'
+              '"checksum":1946183654,"data":"{\\"policyName\\":\\"static\\",\\"defaultCpuSet\\":\\"0-1,4-7\\",'
+              '\\"entries\\":{\\"0b1c2d3e-pod-uid\\":{\\"app\\":\\"2-3\\"}}}","dataChecksum":4007015671}')
+
+
+def test_every_checksum_vector_with_a_known_input():
+    entries = {"pod1": {"container1": "5-6", "container2": "3-4"}}
+    pods = {"pod2": CPUSet.parse("7-9")}
+    assert v3_checksum("static", "1-2", entries, pods) == 766259872  # the 1.36 name ("legacy v3")
+    assert v3_checksum("static", "1-2", entries, pods, "CPUManagerCheckpointV3") == 2284712151  # 1.37's
+    assert data_checksum(json.loads(V4_OK)["data"]) == 1032795074
+    assert data_checksum(json.loads(V4_DATA_ONLY)["data"]) == 2086345991
+    assert checksum("none", "1-3", {"pod": {"container1": "4-6", "container2": "1-3"}}) == 3610638499
+    assert checksum("none", "4-6", {}) == 354655845
+    derived = {"0b1c2d3e-pod-uid": {"app": "2-3"}}
+    assert checksum("static", "0-1,4-7", derived) == 1946183654
+    assert data_checksum(json.loads(DERIVED_V4)["data"]) == 4007015671
+    assert data_checksum('{"policyName":"static","defaultCpuSet":"0-1,4-7","entries":{"0b1c2d3e-pod-uid":'
+                         '{"app":"2-3"}},"podEntries":{"0b1c2d3e-pod-uid":{"cpuSet":"2-3"}}}') == 572449375
+    assert v3_checksum("static", "0-1,4-7", derived, {"0b1c2d3e-pod-uid": CPUSet.parse("2-3")}) == 3864719446
+
+
+def _derived(pod_entry=False):
+    state = CPUState("static", CPUSet.parse("0-1,4-7"), {"0b1c2d3e-pod-uid": {"app": CPUSet.parse("2-3")}})
+    if pod_entry:
+        state.pod_entries = {"0b1c2d3e-pod-uid": CPUSet.parse("2-3")}
+    return state
+
+
+def test_what_each_version_writes():
+    assert write(_derived(), V137).decode() == DERIVED_V4 == write(_derived(), V138).decode()
+    v2 = write(_derived(), V135)
+    assert v2 == write(_derived(), V136) == DERIVED_V4.split(',"data"', maxsplit=1)[0].encode() + b"}"  # the V4's legacy part
+    v3 = json.loads(write(_derived(True), V136_ON))
+    assert v3["podEntries"] == {"0b1c2d3e-pod-uid": {"cpuSet": "2-3"}} and v3["checksum"] == 3864719446
+    assert list(v3) == ["policyName", "defaultCpuSet", "entries", "podEntries", "checksum"]
+    v4 = json.loads(write(_derived(True), V137))
+    assert v4["checksum"] == 1946183654 and v4["dataChecksum"] == 572449375  # the legacy part is unchanged
+
+
+@pytest.mark.parametrize("version", [V137, V138])
+def test_1_37_reads_v4_with_pod_entries_and_baselines_and_ignores_the_legacy_part(version):
+    state = read(V4_OK.encode(), "static", version).state
+    assert state.to_dict() == {"policyName": "static", "defaultCpuSet": "1-3",
+                               "entries": {"pod": {"container1": "4-6", "container2": "7-9"}},
+                               "podEntries": {"pod": "4-10"},
+                               "baselines": {"pod": {"container1": "4-5", "container2": "7-8"}}}
+    only = read(V4_DATA_ONLY.encode(), "static", version).state
+    assert only.pod_entries == {"pod1": CPUSet.parse("4-6"), "pod2": CPUSet.parse("7-9")}
+
+
+@pytest.mark.parametrize("text, version, policy, want", [
+    (V4_OK, V136, "static", "checkpoint is corrupted"),  # 1.36 verifies the (bogus) legacy part
+    (V4_OK, V135, "static", "checkpoint is corrupted"),
+    (V4_DATA_ONLY, V136, "static", 'configured policy "static" differs from state checkpoint policy ""'),
+    (V3_FILE, V135, "static", "checkpoint is corrupted"),
+    (V3_FILE, V136, "static", "json: cannot unmarshal object into Go struct field CPUManagerCheckpointV1.entries"),
+    ('{"dataChecksum": 5}', V137, "static", "could not load v4 checkpoint: failed to deserialize cpu manager "
+                                            "checkpoint data: unexpected end of JSON input"),
+    ('{"data": "{}", "dataChecksum": 5}', V137, "static", "could not load v4 checkpoint: checkpoint is corrupted"),
+    ('{"policyName":"none","defaultCpuSet":"1-3","entries":{"c1":"4-6"},"checksum":0}', V137, "none",
+     "json: cannot unmarshal string into Go struct field CPUManagerCheckpointV2.entries"),  # V1: gone in 1.37
+])
+def test_refusals_as_each_version_words_them(text, version, policy, want):
+    with pytest.raises(RestoreFailure) as raised:
+        read(text.encode(), policy, version)
+    assert str(raised.value).startswith(want)
+
+
+@pytest.mark.parametrize("text, version, policy, entries, pods", [
+    (V3_FILE, V136_ON, "static", {"pod1": {"container1": "5-6", "container2": "3-4"}}, {"pod2": "7-9"}),
+    (V3_FILE, V137, "static", {"pod1": {"container1": "5-6", "container2": "3-4"}}, {"pod2": "7-9"}),
+    (V2_FILE, V137, "none", {"pod": {"container1": "4-6", "container2": "1-3"}}, None),
+    (V2_FILE, V136_ON, "none", {"pod": {"container1": "4-6", "container2": "1-3"}}, None),
+    (DERIVED_V4, V136, "static", {"0b1c2d3e-pod-uid": {"app": "2-3"}}, None),  # the inline V2 part
+    (DERIVED_V4, V135, "static", {"0b1c2d3e-pod-uid": {"app": "2-3"}}, None),
+])
+def test_fallbacks(text, version, policy, entries, pods):
+    doc = read(text.encode(), policy, version).state.to_dict()
+    assert doc["entries"] == entries and doc.get("podEntries") == pods
+
+
+@st.composite
+def states(draw):
+    free = list(range(16))
+    state = CPUState(draw(st.sampled_from(["static", "none"])))
+    if state.policy_name == "static":
+        for n in range(draw(st.integers(0, 4))):
+            taken = draw(st.permutations(free))[:draw(st.integers(1, 3))]
+            free = [c for c in free if c not in taken]
+            state.set("pod-%d" % n, draw(st.sampled_from(["app", "c-1"])), CPUSet(taken))
+            if draw(st.booleans()):
+                state.pod_entries["pod-%d" % n] = CPUSet(taken)
+            if draw(st.booleans()):
+                state.baselines["pod-%d" % n] = {"app": str(CPUSet(taken))}
+        state.default = CPUSet(free)
+    return state
+
+
+WRITERS = [V135, V136, V136_ON, V137, V138]
+
+
+@settings(max_examples=400, deadline=None)
+@given(states(), st.sampled_from(WRITERS))
+def test_what_a_version_writes_every_later_reader_reads_as_the_kubelet_would(state, writer):
+    data = write(state, writer)
+    for reader in WRITERS:
+        if reader.minor < writer.minor:
+            continue
+        kind = writer.writes
+        if kind == "v3" and reader.minor == 36 and not reader.pod_level:
+            with pytest.raises(RestoreFailure):  # 1.36 with the gate off refuses a V3 file (when it has content)
+                read(data, state.policy_name, reader)
+            continue
+        back = read(data, state.policy_name, reader).state
+        assert (back.policy_name, back.default, back.entries) == (state.policy_name, state.default, state.entries)
+        kept = reader.minor >= 37 or (kind == "v3" and reader.pod_level)  # who sees podEntries
+        assert back.pod_entries == (state.pod_entries if kept and kind != "v2" else {})
+        assert back.baselines == (state.baselines if kind == "v4" else {})
+    for older in (V135, V136):  # a V4 file stays readable by older kubelets through its legacy part
+        if writer.writes == "v4":
+            back = read(data, state.policy_name, older).state
+            assert (back.default, back.entries, back.pod_entries) == (state.default, state.entries, {})
+
+
+@pytest.mark.parametrize("data, want", [  # data strings of upstream tests whose checksum is the data's (A.2)
+    ('{"policyName":"none","defaultCPUSet":"4-6"}', 657950972),
+    ('{"policyName":"static","defaultCPUSet":"7-9","entries":{"pod":{"container1":"4-6","container2":"1-3"}}}',
+     1420829534),
+    ('{"policyName":"none","defaultCPUSet":"1.3"}', 3033143655),
+    ('{"policyName":"static","defaultCPUSet":"1-3","entries":{"pod":{"container1":"4-6","container2":"asd"}}}',
+     3794806925),
+    ('{"policyName":"none","defaultCPUSet":"4-6","unknownField":"value"}', 3492408555),
+])
+def test_data_checksum_vectors(data, want):
+    assert data_checksum(data) == want
+
+
+@pytest.mark.parametrize("policy, default, version, want", [  # V2 and V1 vectors of the upstream tests
+    ("other", "1-3", "v2", 1394507217), ("none", "1.3", "v2", 3021697696), ("none", "1-3", "v1", 1694838852),
+])
+def test_legacy_checksum_vectors(policy, default, version, want):
+    assert checksum(policy, default, {}, version) == want

@@ -1,0 +1,36 @@
+"""The options and feature gates each kubelet version knows (KUBELET_CONFIG.md section 2): versions read, the
+maturity table row by row."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import cpu_option_maturity, parse_version
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Kubernetes v1.33.2", (1, 33)), ("v1.29.0", (1, 29)), ("1.35", (1, 35)), ("Kubernetes v1.31.4-eks-1", (1, 31)),
+])
+def test_versions(text, expected):
+    assert parse_version(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "kubelet", "Kubernetes", "1", "v1.x"])
+def test_bad_versions(text):
+    with pytest.raises(ConfigError, match="cannot read a kubelet version"):
+        parse_version(text)
+
+
+MATURITY = {
+    "full-pcpus-only": {22: "alpha-gate", 23: "beta", 30: "beta", 32: "beta", 33: "GA", 36: "GA"},
+    "distribute-cpus-across-numa": {22: None, 23: "alpha", 32: "alpha", 33: "beta", 36: "beta"},
+    "align-by-socket": {24: None, 25: "alpha", 36: "alpha"},
+    "distribute-cpus-across-cores": {30: None, 31: "alpha", 36: "alpha"},
+    "strict-cpu-reservation": {31: None, 32: "alpha", 33: "beta", 34: "beta", 35: "GA"},
+    "prefer-align-cpus-by-uncorecache": {31: None, 32: "alpha", 33: "alpha", 34: "beta", 35: "beta", 36: "GA"},
+}
+
+
+@pytest.mark.parametrize("option,minor,level", [(o, m, lv) for o, row in MATURITY.items() for m, lv in row.items()])
+def test_option_maturity(option, minor, level):
+    assert cpu_option_maturity(option, minor) == level

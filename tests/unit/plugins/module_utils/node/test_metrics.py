@@ -1,0 +1,74 @@
+"""The Prometheus textfile: the kubelet CPU manager's metric names, counters from a pass's plan, the state's gauges,
+the exposition text exactly, and an atomic write node_exporter can read at any moment."""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.metrics import Metrics
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated_cpus
+
+PASS = {"runtime_calls": {"list": 1, "update": 2},
+        "actions": [{"action": "allocate"}, {"action": "update", "reason": "exclusive CPUs drifted in cgroupfs (0-7)"},
+                    {"action": "update", "reason": "shared pool is now 0,2-7"}, {"action": "release"}],
+        "errors": [{"kind": "allocation"}, {"kind": "update"}]}
+
+
+def samples(text):
+    return [line for line in text.splitlines() if not line.startswith("#")]
+
+
+def test_a_pass_counts_what_it_did():
+    metrics = Metrics()
+    metrics.observe_pass(PASS, 0.25, True)
+    text = metrics.render()
+    for line in ("cpu_manager_pinning_requests_total 2", "cpu_manager_pinning_errors_total 1",
+                 "kubecpu_cpuset_updates_total 2", "kubecpu_drift_corrections_total 1", "kubecpu_released_total 1",
+                 "kubecpu_update_errors_total 1", 'kubecpu_runtime_calls_total{call="list"} 1',
+                 'kubecpu_runtime_calls_total{call="update"} 2', 'kubecpu_reconcile_passes_total{result="success"} 1',
+                 "kubecpu_reconcile_duration_seconds 0.25"):
+        assert line in samples(text), line
+
+
+def test_the_state_gauges_per_numa_node():
+    topo = Topology(generated_cpus(2, 2, 2))  # 8 CPUs, NUMA 0 = cores {0,4} {1,5}, NUMA 1 = {2,6} {3,7}
+    state = CPUState("static", CPUSet.parse("0,4"))
+    state.set("pod", "a", CPUSet.parse("1,5"))
+    state.set("pod", "b", CPUSet.parse("2-3,6-7"))
+    metrics = Metrics()
+    metrics.observe_state(topo, state, CPUSet.parse("0"))
+    assert samples(metrics.render()) == [
+        'cpu_manager_allocation_per_numa{numa_node="0"} 2', 'cpu_manager_allocation_per_numa{numa_node="1"} 4',
+        "cpu_manager_exclusive_cpu_allocation_count 6", "cpu_manager_pinning_errors_total 0",
+        "cpu_manager_pinning_requests_total 0", "cpu_manager_shared_pool_size_millicores 1000",
+        "kubecpu_cpuset_updates_total 0", "kubecpu_drift_corrections_total 0", "kubecpu_reconcile_passes_total 0",
+        "kubecpu_released_total 0", "kubecpu_resize_errors_total 0", "kubecpu_resizes_total 0",
+        "kubecpu_runtime_calls_total 0", "kubecpu_update_errors_total 0"]  # counters start at 0
+
+
+def test_exposition_format_help_type_and_label_escaping():
+    metrics = Metrics()
+    metrics.inc("kubecpu_runtime_calls_total", 3, call='we"ird\\')
+    text = metrics.render()
+    assert "# HELP kubecpu_runtime_calls_total Container runtime calls, by call.\n" \
+           "# TYPE kubecpu_runtime_calls_total counter\n" \
+           'kubecpu_runtime_calls_total{call="we\\"ird\\\\"} 3\n' in text
+    assert text.endswith("\n") and "0.1" not in text
+
+
+def test_the_file_is_replaced_whole_and_readable_by_node_exporter(tmp_path):
+    path = tmp_path / "textfile" / "kubecpu.prom"
+    metrics = Metrics()
+    metrics.observe_pass({}, 1.5, False)
+    metrics.write(str(path))
+    first = path.read_text()
+    inode = os.stat(path).st_ino
+    metrics.observe_pass({}, 1.5, True)
+    metrics.write(str(path))
+    assert os.stat(path).st_mode & 0o777 == 0o644 and os.stat(path).st_ino != inode
+    assert 'kubecpu_reconcile_passes_total{result="failure"} 1' in first
+    assert 'kubecpu_reconcile_passes_total{result="success"} 1' in path.read_text()
+    assert sorted(os.listdir(path.parent)) == ["kubecpu.prom"]

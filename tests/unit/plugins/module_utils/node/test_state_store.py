@@ -1,0 +1,173 @@
+"""The state store: atomic durable writes, the previous generation, locking, corruption kept, reset,
+crash safety under SIGKILL and many concurrent writers."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import CheckpointError, StoreError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import decode, encode
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import ROOT, fixture_as_document
+
+KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
+
+
+def _state(n):
+    return CPUState("static", CPUSet(range(n, 64)), {"pod-%d" % i: {"c": CPUSet([i])} for i in range(n)})
+
+
+def test_save_is_mode_0600_and_keeps_the_previous_generation(tmp_path):
+    store = StateStore(str(tmp_path / "d" / "cpu_manager_state"))
+    assert store.load() is None
+    assert store.save(_state(1)) is True
+    assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
+    assert not os.path.exists(store.previous_path)
+    store.save(_state(2))
+    assert decode(open(store.previous_path, "rb").read(), "static").state == _state(1)
+    assert store.load() == _state(2)
+    assert store.save(_state(2)) is False  # unchanged: no new generation
+    assert decode(open(store.previous_path, "rb").read(), "static").state == _state(1)
+    assert sorted(os.listdir(tmp_path / "d")) == ["cpu_manager_state", "cpu_manager_state.prev"]
+
+
+@pytest.mark.parametrize("content,reason", [
+    (b"{", "unexpected end of JSON input"),
+    (b'{"policyName":"static","defaultCpuSet":"0-3","checksum":1}', "checkpoint is corrupted"),
+    (encode(CPUState("none")), 'configured policy "static" differs from state checkpoint policy "none"'),
+])
+def test_a_bad_file_is_reported_with_its_name_and_kept(tmp_path, content, reason):
+    path = tmp_path / "cpu_manager_state"
+    path.write_bytes(content)
+    store = StateStore(str(path))
+    with pytest.raises(CheckpointError) as err:
+        store.load()
+    assert err.value.reason == reason and str(path) in str(err.value)
+    assert path.read_bytes() == content
+
+
+def test_reset_moves_the_file_aside(tmp_path):
+    path = tmp_path / "cpu_manager_state"
+    path.write_bytes(b"garbage")
+    store = StateStore(str(path))
+    aside = store.reset()
+    assert aside and open(aside, "rb").read() == b"garbage" and not path.exists()
+    assert store.reset() is None
+
+
+def test_read_only_store_never_writes(tmp_path):
+    path = tmp_path / "cpu_manager_state"
+    path.write_bytes(encode(_state(1)))
+    store = StateStore(str(path), read_only=True)
+    with store.locked():
+        assert store.load() == _state(1)
+    with pytest.raises(StoreError, match="read-only"):
+        store.save(_state(2))
+    with pytest.raises(StoreError, match="read-only"):
+        store.reset()
+    assert sorted(os.listdir(tmp_path)) == ["cpu_manager_state"]  # no lock file either
+
+
+def test_the_kubelets_file_is_read_only_by_default():
+    assert StateStore("/var/lib/kubelet/cpu_manager_state").read_only
+    assert not StateStore("/var/lib/kubecpu/cpu_manager_state").read_only
+
+
+def test_lock_timeout_names_the_file(tmp_path):
+    path = str(tmp_path / "cpu_manager_state")
+    holder = StateStore(path)
+    waiter = StateStore(path, lock_timeout=0.2)
+    with holder.locked():
+        child = os.fork()
+        if child == 0:  # a separate process: flock is per open file description
+            try:
+                with waiter.locked():
+                    os._exit(0)
+            except StoreError as exc:
+                os._exit(3 if "timed out" in str(exc) and path in str(exc) else 4)
+        _pid, status = os.waitpid(child, 0)
+    assert os.WEXITSTATUS(status) == 3
+
+
+def test_sigkill_at_random_points_never_leaves_a_broken_file(tmp_path):
+    """1000 writers killed at random moments: the file is always one of the states written."""
+    path = str(tmp_path / "cpu_manager_state")
+    states = [_state(n) for n in range(40)]
+    valid = {encode(s) for s in states}
+    StateStore(path).save(states[0])
+    rng = random.Random(1234)
+    kills = 0
+    for _kill in range(1000):
+        child = os.fork()
+        if child == 0:
+            store = StateStore(path)
+            n = 0
+            while True:
+                n += 1
+                with store.locked():
+                    store.save(states[n % len(states)])
+        time.sleep(rng.uniform(0, 0.004))
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        kills += 1
+        data = open(path, "rb").read()
+        assert data in valid, "torn or foreign checkpoint after a kill"
+        if os.path.exists(path + ".prev"):
+            assert open(path + ".prev", "rb").read() in valid
+    assert kills == 1000
+    leftovers = [n for n in os.listdir(tmp_path) if n.startswith(".cpu_manager_state.tmp-")]
+    assert len(leftovers) <= kills  # temp files of killed writers may remain; never the state itself
+
+
+def test_a_hundred_concurrent_allocations(tmp_path):
+    topo = tmp_path / "topology.json"
+    topo.write_text(json.dumps(fixture_as_document("topoDualSocketMultiNumaPerSocketHTLarge")))
+    state = str(tmp_path / "cpu_manager_state")
+    procs = []
+    for n in range(100):
+        pod = tmp_path / ("pod-%d.json" % n)
+        pod.write_text(json.dumps({"uid": "uid-%d" % n, "name": "p%d" % n, "namespace": "ns", "containers": [
+            {"name": "app", "cpu_request": "2", "cpu_limit": "2", "memory_request": "1G", "memory_limit": "1G"}]}))
+        procs.append(subprocess.Popen(
+            [KUBECPU, "allocate", "--topology", str(topo), "--state", state, "--num-reserved", "2",
+             "--pod", str(pod), "--container", "app"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=dict(os.environ, KUBECPU_PYTHON=sys.executable)))
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 100, [e for _out, e in outputs]
+    results = [CPUSet.parse(json.loads(out)["cpus"]) for out, _err in outputs]
+    final = StateStore(state).load()
+    assert final is not None and len(final.entries) == 100
+    seen = CPUSet()
+    for n, cpus in enumerate(results):
+        assert len(cpus) == 2 and cpus.isdisjoint(seen)
+        assert final.get("uid-%d" % n, "app") == cpus
+        seen = seen.union(cpus)
+    assert final.default.isdisjoint(seen) and len(final.default.union(seen)) == 256
+    assert open(state, "rb").read() == encode(final)
+
+
+def test_the_bytes_decide_whether_a_read_decodes_again(tmp_path):
+    """A store remembers the file it wrote; another writer's file, or a damaged one, is read afresh."""
+    path = str(tmp_path / "cpu_manager_state")
+    mine, theirs = StateStore(path), StateStore(path)
+    mine.save(_state(1))
+    first = mine.load()
+    first.set("pod-x", "c", CPUSet([63]))  # a caller's change to what it loaded stays its own
+    assert mine.load() == _state(1)
+    theirs.save(_state(3))
+    assert mine.load() == _state(3)
+    damaged = bytearray(open(path, "rb").read())
+    damaged[damaged.index(b'"c":"1"') + 5] = ord("2")
+    open(path, "wb").write(bytes(damaged))
+    with pytest.raises(CheckpointError, match="checkpoint is corrupted"):
+        mine.load()

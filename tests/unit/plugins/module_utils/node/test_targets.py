@@ -1,0 +1,88 @@
+"""The cgroup side of a pass: each running container's target (its exclusive set, else the shared pool; memory
+nodes and CFS quota with the options) against what cgroupfs shows, and the updates applied in a safe order (pod
+quotas first, shared containers shrunk before the pinned ones are pinned)."""
+
+from __future__ import annotations
+
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import ManagerOptions
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.plan import Plan
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.targets import CgroupTargets
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroups import CgroupFS
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_runtime import FakeRuntime
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated_cpus
+
+TOPO = Topology(generated_cpus(2, 2, 2))
+
+
+def setting(tmp_path, options=None):
+    runtime = FakeRuntime(str(tmp_path), "0-7", "0-1")
+    pinned = runtime.add("uid-g", "app", "Guaranteed", 2000)
+    shared = runtime.add("uid-b", "app", "Burstable", 250)
+    state = CPUState("static", CPUSet.parse("0,2-4,6-7"))
+    state.set("uid-g", "app", CPUSet.parse("1,5"))
+    pairs = [(runtime.listed[c], runtime.infos[c]) for c in (pinned, shared)]
+    return CgroupTargets(TOPO, CgroupFS(str(tmp_path)), options or ManagerOptions()), runtime, state, pairs, pinned, shared
+
+
+def test_targets_are_what_cgroupfs_does_not_show_yet(tmp_path):
+    targets, runtime, state, pairs, pinned, shared = setting(tmp_path)
+    plan = Plan(state)
+    targets.plan(plan, state, pairs)
+    assert [(a.container_id, a.cpus, a.reason) for a in plan.actions] == [
+        (pinned, "1,5", "exclusive CPUs"), (shared, "0,2-4,6-7", "shared pool is now 0,2-4,6-7 (was 0-7)")]
+    targets.apply(plan, runtime)
+    assert runtime.read(pinned) == "1,5" and runtime.read(shared) == "0,2-4,6-7" and plan.applied
+    again = Plan(state)
+    targets.plan(again, state, pairs)
+    assert again.actions == []  # cgroupfs now says so
+
+
+def test_the_shared_are_shrunk_before_the_pinned_are_pinned(tmp_path):
+    targets, runtime, state, pairs, pinned, shared = setting(tmp_path)
+    order = []
+    update = runtime.update
+    runtime.update = lambda cid, **kw: order.append(cid) or update(cid, **kw)
+    plan = Plan(state)
+    targets.plan(plan, state, pairs)
+    targets.apply(plan, runtime)
+    assert order == [shared, pinned]
+
+
+def test_memory_nodes_and_quota_with_the_options_and_pod_quotas_first(tmp_path):
+    targets, runtime, state, pairs, pinned, shared = setting(
+        tmp_path, ManagerOptions(align_memory=True, cpu_quota="unlimited"))
+    plan = Plan(state)
+    targets.plan(plan, state, pairs)
+    shared_update = next(a for a in plan.actions if a.container_id == shared)
+    assert (shared_update.mems, shared_update.quota) == (None, None)  # all nodes already; its own quota kept
+    pinned_update = next(a for a in plan.actions if a.container_id == pinned)
+    assert (pinned_update.mems, pinned_update.quota) == ("0", -1)  # NUMA 0 only, no CFS quota
+    pod_quota = next(a for a in plan.actions if a.action == "quota")
+    assert (pod_quota.pod_uid, pod_quota.quota, pod_quota.cgroup) == ("uid-g", -1, "/kubepods/poduid-g")
+    order = []
+    set_quota = targets.cgroups.set_quota
+    targets.cgroups.set_quota = lambda path, q, p: order.append("quota") or set_quota(path, q, p)
+    update = runtime.update
+    runtime.update = lambda cid, **kw: order.append(cid) or update(cid, **kw)
+    targets.apply(plan, runtime)
+    assert order[0] == "quota" and runtime.read(pinned, "cpu.cfs_quota_us") == "-1"
+
+
+def test_a_container_gone_before_its_update_is_skipped_and_a_failed_one_is_an_error(tmp_path):
+    targets, runtime, state, pairs, pinned, shared = setting(tmp_path)
+    runtime.vanish_on_update.add(shared)
+    plan = Plan(state)
+    targets.plan(plan, state, pairs)
+    targets.apply(plan, runtime)
+    assert plan.skipped == [{"container_id": shared, "pod": "default/uid-b", "container": "app",
+                             "reason": "removed before its update"}]
+    assert [a.container_id for a in plan.actions] == [pinned]
+    runtime.down = True
+    failing = Plan(state)
+    runtime.write("cpuset", runtime.infos[pinned].cgroup_path, "cpuset.cpus", "0-7")
+    targets.plan(failing, state, pairs[:1])
+    targets.apply(failing, runtime)
+    assert failing.actions == [] and failing.errors[0]["kind"] == "update"

@@ -1,0 +1,107 @@
+"""A checkpoint replaced by an operator: nothing written that the kubelet would refuse, the old file always kept
+beside it, check mode writing nothing, the kubelet's own file changed only with the kubelet stopped, a rebuild and a
+push through the runtime (the crictl stand-in)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (CheckpointError, ConfigError,
+                                                                                 StateError, StoreError)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import NodeConfig
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.checkpoint_file import CheckpointFile
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.checkpoints import checkpoint_file
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import (calls, cgroup_cpus, make_node,
+                                                                                    set_cgroup_cpus)
+
+WEB_UID = "a06b0ffe-e387-47dc-90e2-339fa3fc242a"
+
+
+@pytest.fixture
+def node(tmp_path):
+    return make_node(str(tmp_path / "node"))  # 4 single-thread CPUs; prod/web/main is Guaranteed with 2
+
+
+def target(node, path, **settings):
+    config = NodeConfig.from_mapping(dict({"state_path": str(path), "policy": "static", "num_reserved": 1,
+                                           "topology_path": node["topology"], "runtime": "crictl",
+                                           "crictl_path": node["crictl"], "cgroup_root": node["cgroup"]}, **settings))
+    return CheckpointFile(config)
+
+
+def test_validate_says_what_the_kubelet_would_say(node, tmp_path):
+    path = tmp_path / "state"
+    assert target(node, path).validate() == {"changed": False, "exists": False, "valid": True, "error": None,
+                                             "state": None}
+    path.write_bytes(checkpoint_file("0,3", {"pod": {"app": "1-2"}}))
+    assert target(node, path).validate()["valid"]
+    wrong = target(node, path, reserved_cpus="1", num_reserved=None).validate()
+    assert not wrong["valid"] and 'not all reserved cpus: "1" are present in defaultCpuSet: "0,3"' in wrong["error"]
+    path.write_bytes(b'{"policyName":"static","defaultCpuSet":"0-3","checksum":7}')
+    assert "checkpoint is corrupted" in target(node, path).validate()["error"]
+
+
+def test_write_keeps_the_old_file_and_refuses_what_the_kubelet_would_refuse(node, tmp_path):
+    path = tmp_path / "state"
+    old = checkpoint_file("0,3", {"pod": {"app": "1-2"}})
+    path.write_bytes(old)
+    new = checkpoint_file("0-1", {"pod": {"app": "2-3"}}).decode()
+    planned = target(node, path).run("write", content=new, apply=False)
+    assert planned["changed"] and planned["written"] == new and planned["kept"] is None and path.read_bytes() == old
+    done = target(node, path).run("write", content=new)
+    assert path.read_text() == new and open(done["kept"], "rb").read() == old
+    assert os.path.basename(done["kept"]).startswith("state.write-")
+    again = target(node, path).run("write", content=new)
+    assert not again["changed"] and again["kept"] is None
+    with pytest.raises(StateError, match="overlaps with default cpuset"):
+        target(node, path).run("write", content=checkpoint_file("0-2", {"pod": {"app": "2-3"}}).decode())
+    with pytest.raises(CheckpointError, match='configured policy "static" differs from state checkpoint policy'):
+        target(node, path).run("write", content=checkpoint_file("", {}, "none").decode())
+    with pytest.raises(ConfigError, match="needs the checkpoint's content"):
+        target(node, path).run("write")
+    assert path.read_text() == new
+
+
+def test_the_kubelets_own_file_is_changed_only_with_the_kubelet_stopped(node, tmp_path):
+    link = tmp_path / "kubelet-state"
+    os.symlink("/var/lib/kubelet/cpu_manager_state", str(link))
+    with pytest.raises(StoreError, match="read-only"):
+        target(node, link).run("reset")
+    stopped = CheckpointFile(target(node, link).config, kubelet_stopped=True)
+    assert not stopped.store.read_only
+
+
+def test_rebuild_finds_the_pinned_container_and_push_applies_the_file(node, tmp_path):
+    path = tmp_path / "state"
+    web = node["prod/web/main"]
+    pinned(node, web, "1-2", "0,3")
+    path.write_bytes(b"garbage")
+    rebuilt = target(node, path).run("rebuild")
+    assert rebuilt["state"]["entries"] == {WEB_UID: {"main": "1-2"}} and rebuilt["state"]["defaultCpuSet"] == "0,3"
+    assert open(rebuilt["kept"], "rb").read() == b"garbage" and json.loads(path.read_text())["entries"]
+    moved = checkpoint_file("0-1", {WEB_UID: {"main": "2-3"}}).decode()
+    pushed = target(node, path).run("write", content=moved, push=True)["pushed"]
+    assert {(a["container"], a["cpus"]) for a in pushed["actions"]} >= {("main", "2-3")}
+    assert cgroup_cpus(node, web) == "2-3" and cgroup_cpus(node, node["prod/api/app"]) == "0-1"
+    assert any("update" in argv for argv in calls(node["log"]))
+
+
+def test_reset_moves_the_file_aside_and_the_none_file_pushes_every_cpu(node, tmp_path):
+    path = tmp_path / "state"
+    path.write_bytes(checkpoint_file("0,3", {WEB_UID: {"main": "1-2"}}))
+    reset = target(node, path).run("reset")
+    assert reset["changed"] and not path.exists() and os.path.exists(reset["kept"]) and reset["written"] is None
+    assert not target(node, path).run("reset")["changed"]
+    pinned(node, node["prod/web/main"], "1-2", "0,3")
+    none = target(node, path, policy="none", num_reserved=None)
+    none.run("write", content=checkpoint_file("", {}, "none").decode(), push=True)
+    assert cgroup_cpus(node, node["prod/web/main"]) == "0-3"
+
+
+def pinned(node, cid, cpus, shared):
+    """The cgroups of a node whose kubelet pinned ``cid`` on ``cpus`` and keeps the others on ``shared``."""
+    for key, other in node.items():
+        if key.count("/") == 2 and not other.startswith("/"):
+            set_cgroup_cpus(node, other, cpus if other == cid else shared)

@@ -1,0 +1,149 @@
+"""Defragmentation: what a node can still admit (per alignment), the moves that raise the largest single-NUMA
+whole-core request and then the free whole cores, none on a node already optimal, whole cores kept whole under
+full-pcpus-only; made live through the runtime, state first; and over generated states, every plan valid."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import PolicyError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.options import parse_options
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.manager import NodeManager
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.defrag import (defrag_node, headroom,
+                                                                                            plan_defrag)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroups import CgroupFS
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.container_cache import ContainerCache
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_runtime import FakeRuntime
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+TWO_NUMA = generated(2, 2, 2)  # 8 CPUs: core g = {g, g + 4}; cores 0-1 on socket/NUMA 0, cores 2-3 on 1
+NO_OPTIONS = parse_options(None)
+
+
+def state(default, **entries):
+    built = CPUState("static", CPUSet.parse(default))
+    for key, cpus in entries.items():
+        pod, _sep, name = key.partition("_")
+        built.set(pod, name, CPUSet.parse(cpus))
+    return built
+
+
+@pytest.mark.parametrize("free, want", [
+    ("0-7", {"free_cpus": 8, "free_whole_cores": 4, "largest_full_pcpus_only": 8, "largest_single_numa": 4,
+             "largest_single_socket": 4, "largest_single_numa_whole_cores": 4}),
+    ("2-3,5,7", {"free_cpus": 4, "free_whole_cores": 1, "largest_full_pcpus_only": 2, "largest_single_numa": 3,
+                 "largest_single_socket": 3, "largest_single_numa_whole_cores": 2}),
+    ("", {"free_cpus": 0, "free_whole_cores": 0, "largest_full_pcpus_only": 0, "largest_single_numa": 0,
+          "largest_single_socket": 0, "largest_single_numa_whole_cores": 0}),
+])
+def test_headroom_per_alignment(free, want):
+    assert headroom(TWO_NUMA, CPUSet.parse(free)) == want
+
+
+def test_one_move_completes_a_half_used_core_and_frees_a_whole_numa_node():
+    before = state("0,2-5,7", a_app="1", b_db="6")  # reserved core 0; a and b each hold half a core
+    found = plan_defrag(TWO_NUMA, NO_OPTIONS, before, CPUSet.parse("0,4"))
+    assert [(m.pod_uid, m.containers, str(m.cpus_before), str(m.cpus_after)) for m in found.moves] == [
+        ("b", ("db",), "6", "5")]
+    assert found.before["largest_single_numa_whole_cores"] == 2 and found.after["largest_single_numa_whole_cores"] == 4
+    assert (found.before["free_whole_cores"], found.after["free_whole_cores"]) == (1, 2)
+    assert found.state.to_dict() == {"policyName": "static", "defaultCpuSet": "0,2-4,6-7",
+                                     "entries": {"a": {"app": "1"}, "b": {"db": "5"}}}
+    new_policy("static", TWO_NUMA, 2, CPUSet.parse("0,4")).start(found.state.copy())
+    assert before.to_dict()["entries"]["b"] == {"db": "6"}  # the input is not changed
+
+
+def test_a_node_already_optimal_gets_no_move():
+    found = plan_defrag(TWO_NUMA, NO_OPTIONS, state("0,2-4,6-7", a_app="1", b_db="5"), CPUSet.parse("0,4"))
+    assert found.moves == [] and found.before == found.after
+
+
+def test_full_pcpus_only_moves_whole_cores_only_and_a_pod_sharing_cpus_moves_together():
+    topo = generated(1, 4, 2, numa_per_socket=2)  # cores 0-1 on NUMA 0, 2-3 on NUMA 1; core g = {g, g + 4}
+    before = state("0-1,3-5,7", c_init="2,6", c_app="2,6")
+    found = plan_defrag(topo, parse_options({"full-pcpus-only": "true"}), before, CPUSet.parse("0,4"))
+    assert [(m.containers, str(m.cpus_after)) for m in found.moves] == [(("app", "init"), "1,5")]
+    assert found.after["largest_single_numa_whole_cores"] == 4
+
+
+def _node(tmp_path):
+    runtime = FakeRuntime(str(tmp_path / "cgroup"), "0-7", "0-1")
+    policy = new_policy("static", TWO_NUMA, 2, CPUSet.parse("0,4"))
+    return NodeManager(TWO_NUMA, policy, StateStore(str(tmp_path / "state"), "static"), runtime,
+                       cgroups=CgroupFS(str(tmp_path / "cgroup")), cache=ContainerCache()), runtime
+
+
+def test_live_defragmentation_state_first_then_cpusets(tmp_path):
+    manager, runtime = _node(tmp_path)
+    a = runtime.add("a", "app", "Guaranteed", 1000)
+    b = runtime.add("b", "db", "Guaranteed", 1000)
+    shared = runtime.add("c", "web", "Burstable", 500)
+    manager.reconcile()
+    fragmented = state("0,2-5,7", a_app="1", b_db="6")
+    manager.store.save(fragmented)
+    manager.push(fragmented)
+    check = defrag_node(manager, apply=False)
+    assert [(x.action, x.container, x.cpus) for x in check.actions if x.action == "move"] == [("move", "db", "5")]
+    assert manager.read_state() == fragmented and runtime.read(b) == "6"
+    done = defrag_node(manager)
+    assert manager.read_state().entries == {"a": {"app": CPUSet.parse("1")}, "b": {"db": CPUSet.parse("5")}}
+    assert (runtime.read(a), runtime.read(b), runtime.read(shared)) == ("1", "5", "0,2-4,6-7")
+    assert done.result["after"]["free_whole_cores"] == 2
+    assert [x.action for x in defrag_node(manager).actions] == []  # nothing left to do
+
+
+def test_the_none_policy_has_nothing_to_defragment(tmp_path):
+    runtime = FakeRuntime(str(tmp_path / "cgroup"), "0-7", "0-1")
+    manager = NodeManager(TWO_NUMA, new_policy("none", TWO_NUMA), StateStore(str(tmp_path / "s"), "none"), runtime)
+    with pytest.raises(PolicyError, match="the none policy has none"):
+        defrag_node(manager)
+
+
+BIG = generated(2, 8, 2, numa_per_socket=2)  # 32 CPUs, 4 NUMA nodes
+
+
+@st.composite
+def fragmented(draw):
+    reserved = CPUSet.parse("0,16")
+    free = sorted(set(range(32)) - {0, 16})
+    built = CPUState("static")
+    for n in range(draw(st.integers(0, 12))):
+        size = draw(st.sampled_from([1, 1, 2, 3, 4]))
+        if len(free) < size + 1:
+            break
+        taken = draw(st.permutations(free))[:size]
+        free = [c for c in free if c not in taken]
+        built.set("pod-%d" % n, "c", CPUSet(taken))
+    built.default = CPUSet(free).union(reserved)
+    return built, reserved
+
+
+@settings(max_examples=300, deadline=None)
+@given(fragmented())
+def test_every_plan_is_valid_keeps_sizes_and_only_improves(case):
+    before, reserved = case
+    found = plan_defrag(BIG, NO_OPTIONS, before, reserved)
+    new_policy("static", BIG, 2, reserved).start(found.state.copy())
+    score = (found.before["largest_single_numa_whole_cores"], found.before["free_whole_cores"])
+    after = (found.after["largest_single_numa_whole_cores"], found.after["free_whole_cores"])
+    assert after > score if found.moves else after == score
+    assert len({m.pod_uid for m in found.moves}) == len(found.moves)  # each container moves at most once
+    for pod, name, cpus in before.assignments():
+        assert len(found.state.get(pod, name)) == len(cpus)
+    owners = {}
+    for pod, _name, cpus in found.state.assignments():
+        for cpu in cpus:
+            assert owners.setdefault(cpu, pod) == pod
+
+
+def test_pod_level_cpus_stay_where_they_are_and_count_as_taken():
+    before = state("0,2-5,7", a_app="1", b_db="6")
+    before.pod_entries = {"b": CPUSet.parse("6")}  # b's CPUs are a pod-level set (kubelet 1.36+): not moved
+    found = plan_defrag(TWO_NUMA, NO_OPTIONS, before, CPUSet.parse("0,4"))
+    assert [m.pod_uid for m in found.moves] in ([], ["a"]) and found.state.pod_entries == before.pod_entries
+    assert found.state.get("b", "db") == CPUSet.parse("6")

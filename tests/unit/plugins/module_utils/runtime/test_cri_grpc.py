@@ -1,0 +1,168 @@
+"""The CRI backend against an in-process gRPC server on a Unix socket that answers the CRI paths with the table's
+messages: the decoding of the list and the status, the update sent, gRPC statuses mapped to the core's errors with
+Go's texts, and the call counting. (The real containerd is the integration tests'.)"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent import futures
+
+import grpc
+import pytest
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (ContainerNotFoundError,
+                                                                                 ContainerRuntimeError,
+                                                                                 RuntimeTimeoutError,
+                                                                                 RuntimeUnavailableError)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime import cri_grpc
+
+PB = cri_grpc.schema()
+CID = "c0ffee" * 4
+LABELS = {"io.kubernetes.pod.uid": "uid-1", "io.kubernetes.pod.name": "web", "io.kubernetes.pod.namespace": "prod",
+          "io.kubernetes.container.name": "main"}
+INFO = {"runtimeSpec": {"linux": {"cgroupsPath": "kubepods-poduid_1.slice:cri-containerd:" + CID}},
+        "config": {"linux": {"resources": {"cpu_shares": 2048, "cpu_quota": 200000, "cpu_period": 100000}}}}
+
+
+class CRI:
+    """What the server answers; ``fail`` maps an RPC name to a gRPC status code."""
+
+    def __init__(self):
+        self.updates = []
+        self.fail = {}
+
+    def handle(self, rpc, request, context):
+        if rpc in self.fail:
+            context.abort(self.fail[rpc], "oops " + rpc)
+        if rpc == "ListContainers":
+            item = PB.Container(id=CID, pod_sandbox_id="sb", state=1, created_at=7, labels=LABELS)
+            item.metadata.name, item.metadata.attempt = "main", 1
+            return PB.ListContainersResponse(containers=[item])
+        if rpc == "ContainerStatus":
+            reply = PB.ContainerStatusResponse(info={"info": json.dumps(INFO)})
+            reply.status.id, reply.status.exit_code, reply.status.finished_at = request.container_id, 0, 0
+            reply.status.labels.update(LABELS)
+            reply.status.metadata.name = "main"
+            return reply
+        if rpc == "UpdateContainerResources":
+            self.updates.append(request)
+            return PB.UpdateContainerResourcesResponse()
+        if rpc == "Version":
+            return PB.VersionResponse(runtime_name="containerd", runtime_version="v1.7.24", runtime_api_version="v1")
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown service")
+        return None
+
+
+REQUESTS = {"ListContainers": PB.ListContainersRequest, "ContainerStatus": PB.ContainerStatusRequest,
+            "UpdateContainerResources": PB.UpdateContainerResourcesRequest, "Version": PB.VersionRequest}
+
+
+@pytest.fixture
+def server(tmp_path):
+    cri = CRI()
+
+    def method(rpc):
+        return grpc.unary_unary_rpc_method_handler(lambda request, context: cri.handle(rpc, request, context),
+                                                   request_deserializer=REQUESTS[rpc].FromString,
+                                                   response_serializer=lambda m: m.SerializeToString())
+
+    def events(request, context):
+        if cri.fail.get("GetContainerEvents"):
+            context.abort(cri.fail["GetContainerEvents"], "no events here")
+        for n in range(3):
+            yield PB.ContainerEventResponse(container_id="c%d" % n, container_event_type=n)
+
+    methods = {rpc: method(rpc) for rpc in REQUESTS}
+    methods["GetContainerEvents"] = grpc.unary_stream_rpc_method_handler(
+        events, request_deserializer=PB.GetEventsRequest.FromString, response_serializer=lambda m: m.SerializeToString())
+    handler = grpc.method_handlers_generic_handler("runtime.v1.RuntimeService", methods)
+    running = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=[handler])
+    socket = str(tmp_path / "cri.sock")
+    running.add_insecure_port("unix://" + socket)
+    running.start()
+    yield cri, socket
+    running.stop(0)
+
+
+def test_list_status_and_update_over_the_wire(server):
+    cri, socket = server
+    runtime = cri_grpc.CRIRuntime(socket, timeout=2.0)  # a bare socket path is a unix:// endpoint
+    try:
+        (listed,) = runtime.list_containers()
+        assert (listed.id, listed.pod_ref, listed.name, listed.attempt, listed.state, listed.sandbox_id) == (
+            CID, "prod/web", "main", 1, "CONTAINER_RUNNING", "sb")
+        info = runtime.describe(listed)
+        assert info.qos == "Guaranteed" and info.requested_milli() == 2000
+        assert info.cgroup_path == "/kubepods.slice/kubepods-poduid_1.slice/cri-containerd-%s.scope" % CID
+        runtime.update(CID, cpuset_cpus=CPUSet.parse("2-3"), cpu_quota=-1)
+        (sent,) = cri.updates
+        assert (sent.container_id, sent.linux.cpuset_cpus, sent.linux.cpuset_mems, sent.linux.cpu_quota,
+                sent.linux.cpu_period) == (CID, "2-3", "", -1, 0)  # zero fields are left alone by runtimes
+        assert runtime.version()["RuntimeVersion"] == "v1.7.24"
+        assert runtime.calls == {"list": 1, "inspect": 1, "update": 1, "version": 1}
+    finally:
+        runtime.close()
+
+
+@pytest.mark.parametrize("code, error, text", [
+    (grpc.StatusCode.NOT_FOUND, ContainerNotFoundError, "container %s not found by the runtime "
+                                                        "(rpc error: code = NotFound desc = oops UpdateContainerResources)"),
+    (grpc.StatusCode.UNAVAILABLE, RuntimeUnavailableError, "container runtime unavailable: rpc error: code = "
+                                                           "Unavailable desc = oops UpdateContainerResources"),
+    (grpc.StatusCode.DEADLINE_EXCEEDED, RuntimeTimeoutError, "update %s failed: rpc error: code = DeadlineExceeded"),
+    (grpc.StatusCode.INTERNAL, ContainerRuntimeError, "update %s failed: rpc error: code = Internal desc = oops"),
+])
+def test_statuses_become_the_cores_errors_with_gos_texts(server, code, error, text):
+    cri, socket = server
+    cri.fail["UpdateContainerResources"] = code
+    with _open(socket) as runtime:
+        with pytest.raises(error) as raised:
+            runtime.update(CID, cpuset_cpus=CPUSet.parse("1"))
+    assert isinstance(raised.value, error) and str(raised.value).startswith(text.replace("%s", CID))
+    assert raised.value.operation == "update" and raised.value.target == CID
+
+
+def test_a_missing_socket_is_unavailable_within_the_timeout(tmp_path):
+    with _open(str(tmp_path / "none.sock"), timeout=0.5) as runtime:
+        with pytest.raises(RuntimeUnavailableError, match=r"none\.sock"):
+            runtime.list_containers()
+
+
+def test_status_codes_outside_the_table_keep_their_name():
+    error = cri_grpc.status_error("RESOURCE_EXHAUSTED", "full", "list", "", "unix:///x")
+    assert isinstance(error, ContainerRuntimeError) and str(error) == "list failed: rpc error: code = RESOURCE_EXHAUSTED desc = full"
+    assert "not online on this node" in str(cri_grpc.status_error("UNKNOWN", "write: numerical result out of range",
+                                                                  "update", "c", "unix:///x"))
+
+
+class _open:  # a context manager that closes the channel
+    def __init__(self, socket, timeout=2.0):
+        self.runtime = cri_grpc.CRIRuntime("unix://" + socket, timeout=timeout)
+
+    def __enter__(self):
+        return self.runtime
+
+    def __exit__(self, *_exc):
+        self.runtime.close()
+
+
+def _ended(stream, timeout=5):
+    deadline = time.monotonic() + timeout
+    while not stream.ended and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return stream.ended
+
+
+def test_container_events_wake_the_agent_and_a_runtime_without_them_is_said(server):
+    cri, socket = server
+    with _open(socket) as runtime:
+        stream = runtime.event_stream()
+        assert _ended(stream) == "the runtime ended its event stream" and stream.events == 3
+        assert stream.changed() and not stream.changed()  # read once, then quiet
+        stream.close()
+        cri.fail["GetContainerEvents"] = grpc.StatusCode.UNIMPLEMENTED
+        stream = runtime.event_stream()
+        assert _ended(stream) == "the runtime does not stream container events (UNIMPLEMENTED)"
+        assert stream.events == 0 and not stream.changed()
+        stream.close()

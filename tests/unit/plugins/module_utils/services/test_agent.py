@@ -1,0 +1,199 @@
+"""The agent loop through its seams (clock and wait): a pass every period, back-off while the runtime is down, a clean
+stop on SIGTERM after the pass in progress, metrics after every pass, and its durations."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+
+import pytest
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import RuntimeUnavailableError, StateError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.plan import Plan
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.agent import Agent, parse_duration
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated_cpus
+
+
+@pytest.mark.parametrize("text, seconds", [("10s", 10.0), ("500ms", 0.5), ("1m30s", 90.0), ("2", 2.0), (".5", 0.5),
+                                           ("1h", 3600.0), ("24h", 86400.0)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "0s", "-1s", "s", "1d", "25h", "1s2", "1 s"])
+def test_bad_durations(text):
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(text)
+
+
+class Node:
+    """The manager as the agent sees it: passes that fail while ``down`` counts down, then succeed."""
+
+    def __init__(self, down=0):
+        self.down = down
+        self.passes = 0
+        self.closed = 0
+        self.topology = Topology(generated_cpus(1, 2, 1))
+        self.policy = type("P", (), {"name": "static", "reserved": CPUSet.parse("0")})()
+        self.store = type("S", (), {"path": "/state"})()
+        self.runtime = type("R", (), {"name": "fake"})()
+
+    def reconcile(self, apply=True):
+        self.passes += 1
+        if self.down:
+            self.down -= 1
+            raise RuntimeUnavailableError("connection refused")
+        plan = Plan(CPUState("static", CPUSet.parse("0-1")))
+        plan.runtime_calls = {"list": 1}
+        return plan
+
+    def close(self):
+        self.closed += 1
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+        self.waits = []
+
+    def __call__(self):
+        return self.now
+
+    def wait(self, _fds, seconds):
+        self.waits.append(seconds)
+        self.now += seconds
+
+
+def agent(node, clock, tmp_path=None, **kwargs):
+    log = io.StringIO()
+    metrics = str(tmp_path / "kubecpu.prom") if tmp_path else None
+    return Agent(node, 10.0, log, metrics, clock=clock, wait=clock.wait, **kwargs), log
+
+
+def events(log):
+    return [json.loads(line) for line in log.getvalue().splitlines()]
+
+
+def test_a_pass_every_period():
+    node, clock = Node(), Clock()
+    loop, log = agent(node, clock, max_passes=4)
+    assert loop.run() == 0
+    assert node.passes == 4 and clock.waits == [10.0, 10.0, 10.0] and node.closed == 1
+    assert [e["msg"] for e in events(log)][-1] == "agent stopped"
+
+
+def test_back_off_doubles_up_to_the_maximum_while_the_runtime_is_down_then_resets():
+    node, clock = Node(down=5), Clock()
+    loop, log = agent(node, clock, max_passes=8, max_backoff=30.0)
+    loop.run()
+    assert clock.waits == [10.0, 20.0, 30.0, 30.0, 30.0, 10.0, 10.0]
+    assert loop.failures == 5
+    errors = [e for e in events(log) if e["level"] == "error"]
+    assert len(errors) == 5 and errors[0]["msg"] == "container runtime unavailable: connection refused"
+    assert [e["msg"] for e in events(log) if e["level"] == "warning"][:3] == [
+        "retrying in 10.0s", "retrying in 20.0s", "retrying in 30.0s"]
+
+
+def test_sigterm_stops_after_the_pass_in_progress_and_restores_the_handlers():
+    node, clock = Node(), Clock()
+
+    def wait(fd, seconds):
+        clock.wait(fd, seconds)
+        if len(clock.waits) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # during the second wait: the handler only records it
+
+    before = signal.getsignal(signal.SIGTERM)
+    loop = Agent(node, 10.0, io.StringIO(), None, clock=clock, wait=wait)
+    assert loop.run() == 0
+    assert node.passes == 2 and node.closed == 1  # no pass after the signal
+    assert signal.getsignal(signal.SIGTERM) == before
+    said = [e["msg"] for e in events(loop.log)]
+    assert "received SIGTERM, stopped after the pass in progress" in said and said[-1] == "agent stopped"
+
+
+def test_metrics_after_every_pass_and_every_failure(tmp_path):
+    node, clock = Node(down=1), Clock()
+    loop, _log = agent(node, clock, tmp_path, max_passes=2)
+    loop.run()
+    text = (tmp_path / "kubecpu.prom").read_text()
+    assert 'kubecpu_reconcile_passes_total{result="failure"} 1' in text
+    assert 'kubecpu_reconcile_passes_total{result="success"} 1' in text
+    assert 'kubecpu_runtime_calls_total{call="list"} 1' in text
+
+
+def test_other_failures_are_logged_and_retried_too():
+    node, clock = Node(), Clock()
+    calls = []
+
+    def broken(apply=True):
+        calls.append(apply)
+        raise StateError("default cpuset cannot be empty")
+
+    node.reconcile = broken
+    loop, log = agent(node, clock, max_passes=2)
+    loop.run()
+    assert calls == [True, True] and [e["msg"] for e in events(log) if e["level"] == "error"] == [
+        "default cpuset cannot be empty"] * 2
+
+
+def test_sigterm_during_a_pass_lets_it_finish_and_waits_no_more():
+    node, clock = Node(), Clock()
+    real = node.reconcile
+
+    def reconcile(apply=True):
+        plan = real(apply)
+        if node.passes == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return plan
+
+    node.reconcile = reconcile
+    loop, log = agent(node, clock)
+    assert loop.run() == 0
+    assert node.passes == 2 and clock.waits == [10.0] and loop.passes == 2
+    assert events(log)[-1] == dict(events(log)[-1], msg="agent stopped", passes=2, failed_passes=0)
+
+
+class Watch:
+    """A watch whose descriptor is a pipe the test writes to."""
+
+    def __init__(self):
+        self.read_fd, self.write_fd = os.pipe()
+        self.pending = False
+
+    def fileno(self):
+        return self.read_fd
+
+    def changed(self):
+        found, self.pending = self.pending, False
+        return found
+
+
+def test_a_cgroup_event_starts_a_pass_at_once_and_created_containers_are_followed():
+    node, clock = Node(), Clock()
+    watch = Watch()
+    created = iter([0, 1, 1, 0, 0])
+    real = node.reconcile
+
+    def reconcile(apply=True):
+        plan = real(apply)
+        plan.counts["created"] = next(created)
+        return plan
+
+    node.reconcile = reconcile
+
+    def wait(fds, seconds):
+        clock.waits.append(seconds)
+        if len(clock.waits) == 1:  # a container cgroup appears during the first wait
+            watch.pending = True
+            return [watch.fileno()]
+        clock.now += seconds
+        return []
+
+    loop = Agent(node, 10.0, io.StringIO(), None, clock=clock, wait=wait, wakers=[watch], max_passes=5)
+    loop.run()
+    assert clock.waits == [10.0, 0.02, 0.02, 10.0]  # woken at once, then followed while it was created
+    assert loop.woken == 1 and node.passes == 5

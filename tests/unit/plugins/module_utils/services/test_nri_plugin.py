@@ -1,0 +1,144 @@
+"""The NRI plugin's decisions, request by request, on NRI's own messages: the new container's CPUs in its creation
+adjustment and the shared containers' updates in the same reply, synchronize adopting what runs, stop and removal,
+an in-place update decided with the new resources, and what it does not handle.
+
+Machine: 2 sockets x 2 cores x 2 threads (NUMA 0 = CPUs 0,1,4,5; NUMA 1 = 2,3,6,7); CPU 0 reserved.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.manager import NodeManager
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroups import CgroupFS
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.nri_api import (PLUGIN_SERVICE,
+                                                                                          REMOVE_CONTAINER, event_mask,
+                                                                                          schema)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.nri_plugin import EVENTS, NRIPlugin, NRIView
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated_cpus
+
+PB = schema()
+TOPO = Topology(generated_cpus(2, 2, 2))
+PARENTS = {"Guaranteed": "/kubepods/pod%s", "Burstable": "/kubepods/burstable/pod%s"}
+
+
+def pod(uid, qos="Guaranteed"):
+    message = PB.PodSandbox(id="sb-" + uid, name="p-" + uid, uid=uid, namespace="ns")
+    message.linux.cgroup_parent = PARENTS[qos] % uid
+    return message
+
+
+def container(uid, name, milli, qos="Guaranteed", state=3):
+    message = PB.Container(id="%s-%s" % (uid, name), pod_sandbox_id="sb-" + uid, name=name, state=state,
+                           labels={"io.kubernetes.container.name": name})
+    message.linux.cgroups_path = (PARENTS[qos] % uid) + "/%s-%s" % (uid, name)
+    message.linux.resources.cpu.shares.value = milli * 1024 // 1000
+    message.linux.resources.cpu.period.value = 100000
+    if qos == "Guaranteed":
+        message.linux.resources.cpu.quota.value = milli * 100
+    return message
+
+
+@pytest.fixture
+def plugin(tmp_path):
+    view = NRIView()
+    manager = NodeManager(TOPO, new_policy("static", TOPO, 1), StateStore(str(tmp_path / "state")), view,
+                          cgroups=CgroupFS(str(tmp_path / "cgroup")))
+    return NRIPlugin(manager, view, io.StringIO())
+
+
+def ask(plugin, method, message, reply):
+    code, text, payload = plugin.handle(PLUGIN_SERVICE, method, message.SerializeToString(), 0)
+    assert code == 0, text
+    return getattr(PB, reply).FromString(payload)
+
+
+def create(plugin, uid, name, milli, qos="Guaranteed"):
+    return ask(plugin, "CreateContainer", PB.CreateContainerRequest(pod=pod(uid, qos), container=container(
+        uid, name, milli, qos)), "CreateContainerResponse")
+
+
+def updates(reply):
+    return {u.container_id: u.linux.resources.cpu.cpus for u in reply.update}
+
+
+def test_configure_subscribes_to_the_container_events_and_takes_the_timeout(plugin):
+    reply = ask(plugin, "Configure", PB.ConfigureRequest(runtime_name="containerd", request_timeout=1500),
+                "ConfigureResponse")
+    assert reply.events == EVENTS == event_mask(4, 8, 10, 11) == 0b11010001000
+    assert plugin.request_timeout == 1.5 and plugin.manager.store.lock_timeout == 0.75
+
+
+def test_create_pins_in_the_adjustment_and_shrinks_the_shared_in_the_same_reply(plugin):
+    shared = create(plugin, "b", "app", 250, "Burstable")
+    assert shared.adjust.linux.resources.cpu.cpus == "0-7" and updates(shared) == {}
+    pinned = create(plugin, "g", "app", 2000)
+    assert pinned.adjust.linux.resources.cpu.cpus == "1,5"  # a whole core, as the kubelet packs
+    assert updates(pinned) == {"b-app": "0,2-4,6-7"}
+    assert plugin.manager.read_state().entries == {"g": {"app": plugin.manager.read_state().get("g", "app")}}
+
+
+def test_synchronize_adopts_what_runs_in_one_or_several_parts(plugin):
+    first = ask(plugin, "Synchronize", PB.SynchronizeRequest(pods=[pod("g")], containers=[container("g", "app", 1000)],
+                                                             more=True), "SynchronizeResponse")
+    assert first.more and list(first.update) == []
+    last = ask(plugin, "Synchronize", PB.SynchronizeRequest(pods=[pod("b", "Burstable")], containers=[
+        container("b", "app", 500, "Burstable")]), "SynchronizeResponse")
+    assert updates(last) == {"g-app": "4", "b-app": "0-3,5-7"}  # 4: the free half of the reserved core
+
+
+def test_removal_releases_and_queues_the_pool_for_the_rest(plugin):
+    create(plugin, "b", "app", 250, "Burstable")
+    create(plugin, "g", "app", 1000)
+    ask(plugin, "StateChange", PB.StateChangeEvent(event=REMOVE_CONTAINER, pod=pod("g"),
+                                                   container=container("g", "app", 1000)), "Empty")
+    assert plugin.manager.read_state().entries == {}
+    assert {cid: str(fields["cpus"]) for cid, fields in plugin.unsolicited.items()} == {"b-app": "0-7"}
+
+
+def test_an_init_container_stops_and_its_cpus_go_to_the_app_container(plugin):
+    init = create(plugin, "g", "init", 1000)
+    ask(plugin, "StopContainer", PB.StopContainerRequest(pod=pod("g"), container=container("g", "init", 1000, state=4)),
+        "StopContainerResponse")
+    app = create(plugin, "g", "app", 1000)
+    assert app.adjust.linux.resources.cpu.cpus == init.adjust.linux.resources.cpu.cpus == "4"
+
+
+def test_unknown_methods_and_services_are_unimplemented(plugin):
+    assert plugin.handle(PLUGIN_SERVICE, "PostStartContainer", b"", 0)[0] == 12
+    assert plugin.handle("other.Service", "Configure", b"", 0)[0] == 12
+
+
+def test_an_answer_past_the_deadline_is_not_sent_and_the_log_says_why(plugin):
+    request = PB.CreateContainerRequest(pod=pod("g"), container=container("g", "app", 1000))
+    assert plugin.handle(PLUGIN_SERVICE, "CreateContainer", request.SerializeToString(), 1e-9) is None
+    said = [json.loads(line)["msg"] for line in plugin.log.getvalue().splitlines()]
+    assert any("answered after the runtime's request timeout" in m for m in said)
+
+
+def resize(plugin, uid, name, milli):
+    resources = PB.LinuxResources()
+    cpu = resources.cpu
+    cpu.shares.value, cpu.quota.value, cpu.period.value = milli * 1024 // 1000, milli * 100, 100000
+    request = PB.UpdateContainerRequest(pod=pod(uid), container=container(uid, name, 1000),
+                                        linux_resources=resources)
+    return plugin.handle(PLUGIN_SERVICE, "UpdateContainer", request.SerializeToString(), 0)
+
+
+def test_an_in_place_resize_up_down_and_below_the_baseline(plugin):
+    create(plugin, "b", "app", 250, "Burstable")
+    assert create(plugin, "g", "app", 2000).adjust.linux.resources.cpu.cpus == "1,5"
+    code, _text, payload = resize(plugin, "g", "app", 3000)
+    assert code == 0 and updates(PB.UpdateContainerResponse.FromString(payload)) == {
+        "b-app": "0,2-3,6-7", "g-app": "1,4-5"}
+    code, _text, payload = resize(plugin, "g", "app", 2000)
+    assert code == 0 and updates(PB.UpdateContainerResponse.FromString(payload)) == {
+        "b-app": "0,2-4,6-7", "g-app": "1,5"}
+    code, text, _payload = resize(plugin, "g", "app", 1000)
+    assert code == 2 and text.startswith("resize refused: container ns/p-g/app asks for 1 CPUs and keeps 1,5")
+    assert str(plugin.manager.read_state().get("g", "app")) == "1,5"

@@ -1,0 +1,124 @@
+"""ttrpc over NRI's multiplexed socket, byte for byte: frames (connection ID, length), ttrpc headers (length, stream,
+type, flags), requests served on connection 1, calls made on connection 2 and matched by stream ID, messages split
+over frames, and a late answer not sent at all."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (RuntimeTimeoutError,
+                                                                                 RuntimeUnavailableError)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.wire import ttrpc
+
+PB = ttrpc.schema()
+
+
+@pytest.fixture
+def pair():
+    plugin_side, runtime_side = socket.socketpair()
+    channel = ttrpc.Channel(plugin_side)
+    yield channel, runtime_side
+    channel.close()
+    runtime_side.close()
+
+
+def frame(conn, stream, kind, payload):
+    message = struct.pack(">IIBB", len(payload), stream, kind, 0) + payload
+    return struct.pack(">II", conn, len(message)) + message
+
+
+def read_frame(sock):
+    conn, length = struct.unpack(">II", sock.recv(8, socket.MSG_WAITALL))
+    body = sock.recv(length, socket.MSG_WAITALL)
+    size, stream, kind, flags = struct.unpack(">IIBB", body[:10])
+    assert size == len(body) - 10 and flags == 0
+    return conn, stream, kind, body[10:]
+
+
+def request(method, payload=b"", timeout=2.0):
+    return PB.Request(service="nri.pkg.api.v1alpha1.Plugin", method=method, payload=payload,
+                      timeout_nano=int(timeout * 1e9)).SerializeToString()
+
+
+def test_a_request_on_connection_one_is_answered_on_its_stream(pair):
+    channel, runtime = pair
+    runtime.sendall(frame(1, 7, 1, request("Configure", b"\x0a\x01x")))
+    seen = []
+    assert channel.serve(lambda service, method, payload, deadline: seen.append((service, method, payload)) or (
+        0, "", b"\x10\x08"), timeout=2)
+    assert seen == [("nri.pkg.api.v1alpha1.Plugin", "Configure", b"\x0a\x01x")]
+    conn, stream, kind, body = read_frame(runtime)
+    response = PB.Response.FromString(body)
+    assert (conn, stream, kind, response.payload, response.status.code) == (1, 7, 2, b"\x10\x08", 0)
+
+
+def test_a_message_split_over_frames_and_two_in_one(pair):
+    channel, runtime = pair
+    whole = frame(1, 1, 1, request("A"))[8:] + frame(1, 3, 1, request("B"))[8:]
+    runtime.sendall(struct.pack(">II", 1, 5) + whole[:5] + struct.pack(">II", 1, len(whole) - 5) + whole[5:])
+    methods = []
+    while len(methods) < 2:
+        channel.serve(lambda s, method, p, d: methods.append(method) or (0, "", b""), timeout=2)
+    assert methods == ["A", "B"]
+
+
+def test_an_error_is_a_status_and_a_late_answer_is_not_sent(pair):
+    channel, runtime = pair
+    runtime.sendall(frame(1, 1, 1, request("Nope")) + frame(1, 3, 1, request("Slow", timeout=0.001)))
+    time.sleep(0.01)
+
+    def handler(service, method, payload, deadline):
+        if method == "Nope":
+            return ttrpc.UNIMPLEMENTED, "not handled", b""
+        return None  # past the deadline: nothing goes back
+
+    channel.serve(handler, timeout=2)
+    channel.serve_pending(handler)
+    conn, stream, kind, body = read_frame(runtime)
+    status = PB.Response.FromString(body).status
+    assert (stream, status.code, status.message) == (1, 12, "not handled")
+    runtime.settimeout(0.2)
+    with pytest.raises(socket.timeout):
+        runtime.recv(1)
+
+
+def test_a_call_on_connection_two_serves_requests_until_its_response(pair):
+    channel, runtime = pair
+    served = []
+    runtime.sendall(frame(1, 1, 1, request("Configure")))  # the runtime asks first
+    response = PB.Response(payload=b"ok").SerializeToString()
+
+    def handler(service, method, payload, deadline):
+        served.append(method)
+        runtime.sendall(frame(2, 1, 2, response))  # then answers the plugin's call
+        return 0, "", b""
+
+    assert channel.call("nri.pkg.api.v1alpha1.Runtime", "RegisterPlugin", b"\x0a\x01k", 2.0, handler) == b"ok"
+    assert served == ["Configure"]
+    conn, stream, kind, body = read_frame(runtime)  # the call went out first, on connection 2, stream 1
+    sent = PB.Request.FromString(body)
+    assert (conn, stream, kind, sent.method, sent.payload) == (2, 1, 1, "RegisterPlugin", b"\x0a\x01k")
+    assert channel.next_stream == 3
+
+
+def test_a_call_without_an_answer_times_out_and_a_refusal_is_an_error(pair):
+    channel, runtime = pair
+    with pytest.raises(RuntimeTimeoutError, match=r"RegisterPlugin: no answer within 0\.1s"):
+        channel.call("svc", "RegisterPlugin", b"", 0.1, lambda *a: None)
+    refusal = PB.Response()
+    refusal.status.code, refusal.status.message = 9, "already registered"
+    runtime.sendall(frame(2, 3, 2, refusal.SerializeToString()))
+    with pytest.raises(RuntimeUnavailableError, match="already registered"):
+        channel.call("svc", "RegisterPlugin", b"", 2.0, lambda *a: None)
+
+
+def test_the_runtime_going_away_is_unavailable(pair, tmp_path):
+    channel, runtime = pair
+    runtime.close()
+    with pytest.raises(RuntimeUnavailableError, match="closed the NRI connection"):
+        channel.serve(lambda *a: None, timeout=1)
+    with pytest.raises(RuntimeUnavailableError, match="cannot connect to the NRI socket"):
+        ttrpc.Channel.connect(str(tmp_path / "none.sock"), 1.0)
