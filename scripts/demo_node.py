@@ -15,6 +15,8 @@ import tempfile
 import time
 
 import lab as lab_module
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import discover
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.demo import Row, node_line, table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PODS = [
@@ -40,41 +42,53 @@ def main() -> int:
     if problems:
         print("demo: cannot run a real node here: %s" % "; ".join(problems))
         return 3
+    topo = discover("/")
     with lab_module.Lab() as lab, tempfile.TemporaryDirectory() as work:
         state = os.path.join(work, "cpu_manager_state")
-        print("Started a throwaway containerd (%s) in %s" % (lab.cri.version()["RuntimeVersion"], lab.dir))
+        print(node_line(topo))
+        print("Runtime: a throwaway containerd %s in %s; kubecpu's agent pass, 1 CPU reserved\n" % (
+            lab.cri.version()["RuntimeVersion"], lab.dir))
         made = [(ns, name, qos, lab.run_pod(name, qos, containers, namespace=ns))
                 for ns, name, qos, containers in PODS]
         first = reconcile(lab, state)
         # the matcher's init-like container finishes; its app container starts and inherits its CPU
         matcher = made[1][3]
+        deadline = time.monotonic() + 30
         while lab.cri.inspect(matcher["containers"]["warmup"]).finished_at == 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the matcher's warmup container did not finish within 30 s")
             time.sleep(0.1)
         matcher["containers"]["engine"] = lab.run_container(matcher, {"name": "engine", "cpu": 1000})
-        second = reconcile(lab, state)
-        third = reconcile(lab, state)
-        for number, doc in enumerate((first, second, third), 1):
-            kinds = {}
+        passes = [first, reconcile(lab, state), reconcile(lab, state)]
+        for number, doc in enumerate(passes, 1):
+            kinds: dict = {}
             for action in doc["actions"]:
                 kinds[action["action"]] = kinds.get(action["action"], 0) + 1
-            print("Pass %d: %s; runtime calls %s; errors %d" % (
+            print("Pass %d: %s (runtime calls: %s)" % (
                 number, ", ".join("%d %s" % (v, k) for k, v in sorted(kinds.items())) or "nothing to do",
-                json.dumps(doc["runtime_calls"]), len(doc["errors"])))
-            for error in doc["errors"]:
-                print("  %s/%s: %s" % (error.get("pod"), error.get("container"), error["error"]))
-        print()
-        print("%-30s %-11s %-8s %-7s %-12s %s" % ("POD/CONTAINER", "QOS", "REQUEST", "STATE", "CGROUP CPUS",
-                                                  "Cpus_allowed_list"))
+                ", ".join("%s %d" % item for item in sorted(doc["runtime_calls"].items()))))
+        refusals = {(e.get("pod"), e.get("container")): e["error"] for e in passes[-1]["errors"]}
+        with open(state, encoding="utf-8") as handle:
+            saved = handle.read()
+        pinned = {name for containers in json.loads(saved)["entries"].values() for name in containers}
+        rows = []
         for ns, name, qos, pod in made:
             for container, cid in pod["containers"].items():
                 info = lab.cri.inspect(cid)
                 running = info.finished_at == 0
-                request = "%dm" % info.requested_milli() if info.requested_milli() else "-"
-                print("%-30s %-11s %-8s %-7s %-12s %s" % (
-                    "%s/%s/%s" % (ns, name, container), qos, request, "running" if running else "exited",
-                    lab.cgroup_cpus(pod, cid) if running else "-", lab.allowed_cpus(cid) if running else "-"))
-        with open(state, encoding="utf-8") as handle:
-            print("\nState file (kubelet cpu_manager_state format):\n" + handle.read())
+                refused = refusals.get(("%s/%s" % (ns, name), container), "")
+                cpus = "-"
+                if running:
+                    cgroup, kernel = lab.cgroup_cpus(pod, cid), lab.allowed_cpus(cid)
+                    cpus = cgroup if cgroup == kernel else "cgroup %s, kernel %s" % (cgroup, kernel)
+                rows.append(Row("%s/%s/%s" % (ns, name, container), qos,
+                                "%dm" % info.requested_milli() if info.requested_milli() else "-",
+                                "running" if running else "exited",
+                                "refused" if refused else "yes" if container in pinned else "no", cpus,
+                                refused.split(": ", 1)[-1]))
+        print("\n" + table(rows), end="")
+        print("CPUS: cpuset.cpus in cgroupfs, the same as Cpus_allowed_list of the container's process in /proc.")
+        print("\nState file (kubelet cpu_manager_state format):\n" + saved)
     print("Torn down: containerd stopped, pods and state removed.")
     return 0
 

@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 importlib.import_module("conftest")  # makes the collection importable from a checkout
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import cri_grpc  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime import cri_grpc  # noqa: E402
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ContainerRuntimeError  # noqa: E402
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.wire.proto_schema import Schema  # noqa: E402
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.cri_units import (  # noqa: E402

@@ -21,8 +21,12 @@ fi
 stamp=.venv/.requirements-dev.sha256
 want=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
-  echo "setup: installing pinned tools (requirements-dev.txt)"
-  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+  echo "setup: installing pinned tools (requirements-dev.txt; pip's output in .venv/pip.log)"
+  if ! .venv/bin/python -m pip install --disable-pip-version-check -r requirements-dev.txt > .venv/pip.log 2>&1; then
+    tail -n 30 .venv/pip.log >&2
+    echo "setup: pip could not install requirements-dev.txt (whole output: .venv/pip.log)" >&2
+    exit 1
+  fi
   echo "$want" > "$stamp"
 fi
 
@@ -34,4 +38,5 @@ mkdir -p .cache/collections/ansible_collections/kubecpu
 # this offline stand-in bootstraps pip from the interpreter instead (ENVIRONMENT.md).
 mkdir -p "$HOME/.ansible/test/cache"
 cp scripts/ansible-test-offline.py "$HOME/.ansible/test/cache/get_pip_24_2.py"
-echo "setup: ready (.venv: $(.venv/bin/python --version), $(.venv/bin/ansible --version | head -1))"
+# sed reads all of ansible's output: head would close the pipe early and ansible die of a BrokenPipeError
+echo "setup: ready (.venv: $(.venv/bin/python --version), $(.venv/bin/ansible --version | sed -n 1p))"

@@ -4,7 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-bash scripts/setup.sh
+setup_log=$(mktemp)
+bash scripts/setup.sh 2>&1 | tee "$setup_log"
+if grep -q Traceback "$setup_log"; then echo "setup printed a traceback"; exit 1; fi
+rm -f "$setup_log"
 export PATH="$root/.venv/bin:$PATH"
 started=$SECONDS
 work="" installed=""

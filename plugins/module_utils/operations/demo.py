@@ -1,12 +1,13 @@
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
-"""``kubecpu demo``: what the static policy gives a few sample pods on this node (nothing is written)."""
+"""``kubecpu demo``: what the static policy gives a few sample pods on this node (nothing is written), and the table
+the real-node demo (scripts/demo_node.py) prints too."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Dict, TextIO, Tuple
+from typing import Any, Dict, NamedTuple, Sequence, TextIO, Tuple
 
 from ..errors import AllocationError
 from ..kubelet.options import parse_option_args
@@ -29,6 +30,37 @@ SAMPLE_PODS: Tuple[Dict[str, Any], ...] = (
     {"uid": "demo-0004", "namespace": "web", "name": "frontend", "containers": [
         {"name": "nginx", "cpu_request": "250m", "memory_request": "64Mi"}]},
 )
+
+
+class Row(NamedTuple):
+    """One container in the demo's table (the embedded demo and the real-node demo print the same table)."""
+
+    name: str  # namespace/pod/container
+    qos: str
+    request: str  # the CPU request as written, "-" for none
+    state: str  # "planned" (embedded), "running", "exited"
+    pinned: str  # "yes", "no", "refused"
+    cpus: str  # the CPUs it gets (embedded) or has (cgroupfs and the kernel), "-" for none
+    refused: str = ""  # why, when pinned is "refused"
+
+
+COLUMNS = ("POD/CONTAINER", "QOS", "CPU REQUEST", "STATE", "PINNED", "CPUS")
+
+
+def node_line(topo: Topology) -> str:
+    s = topo.summary()
+    counts = [_plural(s[key], word) for key, word in (("cpus", "CPU"), ("cores", "core"), ("sockets", "socket"), (
+        "numa_nodes", "NUMA node"), ("uncore_caches", "uncore cache"), ("threads_per_core", "thread"))]
+    return "Node (%s): %s per core" % (topo.source, ", ".join(counts))
+
+
+def table(rows: Sequence[Row]) -> str:
+    """The table, then one line per refusal."""
+    cells = [COLUMNS] + [(r.name, r.qos, r.request, r.state, r.pinned, r.cpus) for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS) - 1)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1] for line in cells]
+    lines += ["%s: refused: %s" % (r.name, r.refused) for r in rows if r.refused]
+    return "\n".join(lines) + "\n"
 
 
 def run_demo(args: argparse.Namespace, topo: Topology, out: TextIO) -> int:
@@ -56,18 +88,12 @@ def run_demo(args: argparse.Namespace, topo: Topology, out: TextIO) -> int:
     if args.json:
         out.write(json.dumps(report) + "\n")
         return 0
-    s = topo.summary()
-    counts = [_plural(s[key], word) for key, word in (("cpus", "CPU"), ("cores", "core"), ("sockets", "socket"), (
-        "numa_nodes", "NUMA node"), ("uncore_caches", "uncore cache"), ("threads_per_core", "thread"))]
-    out.write("Node (%s): %s per core\n" % (topo.source, ", ".join(counts)))
+    out.write(node_line(topo) + "\n")
     options = ", ".join(policy.options.enabled()) or "none"
     out.write("Static policy: reserved CPUs %s, options: %s\n\n" % (policy.reserved or "none", options))
-    out.write("%-26s %-10s %-11s %-8s %s\n" % ("POD/CONTAINER", "QOS", "CPU REQUEST", "PINNED", "CPUS"))
-    for row in rows:
-        cpus = row["cpus"] if row["cpus"] is not None else "refused: " + row["refused"]
-        name = "%s/%s" % (row["pod"], row["container"])
-        pinned = "yes" if row["exclusive"] else "no"
-        out.write("%-26s %-10s %-11s %-8s %s\n" % (name, row["qos"], row["cpu_request"], pinned, cpus))
+    out.write(table([Row("%s/%s" % (r["pod"], r["container"]), r["qos"], r["cpu_request"], "planned",
+                         "refused" if r["cpus"] is None else "yes" if r["exclusive"] else "no", r["cpus"] or "-",
+                         r.get("refused", "")) for r in rows]))
     out.write("\nShared pool after these allocations: %s\n" % (state.default or "(empty)"))
     return 0
 
