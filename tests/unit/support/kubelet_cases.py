@@ -16,8 +16,9 @@ CASES = os.path.join(SHARED, "kubelet-cases")
 
 def collections_path() -> str:
     """The directory holding ansible_collections/: what a child process needs on PYTHONPATH to import the collection."""
-    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet import topology
-    return os.path.abspath(os.path.join(os.path.dirname(topology.__file__), *[os.pardir] * 5))
+    import ansible_collections.kubecpu.cpu_manager as collection  # a namespace package: its directory is its path
+
+    return os.path.abspath(os.path.join(next(iter(collection.__path__)), os.pardir, os.pardir, os.pardir))
 
 
 @cache
