@@ -18,11 +18,11 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Opt
 
 from ..errors import CPUSetError, RestoreFailure
 from .cpuset import CPUSet
+from .go_json import CHECKSUM, ENTRIES, STRING, STRING_MAP, Struct, TypeMismatch, parse
 from .state import CPUState
 
 FNV32_OFFSET = 2166136261
 FNV32_PRIME = 16777619
-_UINT64_MAX = (1 << 64) - 1
 V2_FIELDS = ("policyName", "defaultCpuSet", "entries", "checksum")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 V2_MAP = "map[string]map[string]string"
@@ -149,131 +149,20 @@ def encode(state: CPUState) -> bytes:
     return _encode_fields(state.policy_name, str(state.default), state.entries)
 
 
-# --- reading (Go encoding/json semantics for the two checkpoint structs) ------------------------------
-class _GoNumber(str):
-    """A JSON number literal that is not a plain integer (Go refuses it for uint64)."""
-
-
-class _TypeError(Exception):
-    pass
-
-
-class _Object(List[Tuple[str, Any]]):
-    """A JSON object as its (key, value) pairs in document order."""
-
-
-def _fold(name: str) -> str:
-    return name.lower().replace("\u017f", "s")
-
-
-def _fix_surrogates(text: str) -> str:
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace") if any(
-        "\ud800" <= c <= "\udfff" for c in text) else text
-
-
-def _syntax(text: str) -> Any:
-    def bad_constant(name: str) -> Any:
-        raise RestoreFailure("invalid character '%s' looking for beginning of value" % name[0])
-    try:
-        return json.loads(text, parse_float=_GoNumber, parse_constant=bad_constant,
-                          object_pairs_hook=_Object)
-    except RestoreFailure:
-        raise
-    except ValueError as exc:
-        pos = getattr(exc, "pos", None)
-        if pos is not None and not text[pos:].strip():
-            raise RestoreFailure("unexpected end of JSON input") from None
-        raise RestoreFailure("invalid JSON: %s" % exc) from None
-
-
-def _go_type(value: Any) -> str:
-    if isinstance(value, _Object):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, _GoNumber)):
-        return "number"
-    return "string"
-
-
-def _as_object(value: Any) -> Optional[List[Tuple[str, Any]]]:
-    return value if isinstance(value, _Object) else None
-
-
-def _string(value: Any, field: str, struct: str) -> Optional[str]:
-    if value is None:
-        return None
-    if isinstance(value, str) and not isinstance(value, _GoNumber):
-        return _fix_surrogates(value)
-    raise _TypeError("json: cannot unmarshal %s into Go struct field %s.%s of type string"
-                     % (_go_type(value), struct, field))
-
-
-def _string_map(value: Any, field: str, struct: str) -> Optional[Dict[str, str]]:
-    if value is None:
-        return None
-    pairs = _as_object(value)
-    if pairs is None:
-        raise _TypeError("json: cannot unmarshal %s into Go struct field %s.%s of type map[string]string"
-                         % (_go_type(value), struct, field))
-    out: Dict[str, str] = {}
-    for key, inner in pairs:
-        text = _string(inner, field, struct)
-        out[_fix_surrogates(key)] = "" if text is None else text
-    return out
-
-
-def _decode_struct(doc: Any, version: str) -> Tuple[str, str, Optional[Dict[str, Any]], int]:
-    """json.Unmarshal into a fresh CPUManagerCheckpointV1/V2 (entries pre-initialised to an empty map)."""
-    struct = "CPUManagerCheckpointV1" if version == "v1" else "CPUManagerCheckpointV2"
-    policy, default, stored = "", "", 0
-    entries: Optional[Dict[str, Any]] = {}
-    if doc is None:
-        return policy, default, entries, stored
-    pairs = _as_object(doc)
-    if pairs is None:
-        raise _TypeError("json: cannot unmarshal %s into Go value of type state.%s" % (_go_type(doc), struct))
-    fields = {_fold(name): name for name in V2_FIELDS}
-    first_error: Optional[_TypeError] = None
-    for key, value in pairs:
-        name = key if key in V2_FIELDS else fields.get(_fold(key))
-        try:
-            if name in ("policyName", "defaultCpuSet"):
-                text = _string(value, name, struct)
-                if text is not None and name == "policyName":
-                    policy = text
-                elif text is not None:
-                    default = text
-            elif name == "checksum" and value is not None:
-                if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _UINT64_MAX:
-                    raise _TypeError("json: cannot unmarshal %s %s into Go struct field %s.checksum of type "
-                                     "checksum.Checksum" % (_go_type(value), value, struct))
-                stored = value
-            elif name == "entries":
-                if value is None:
-                    entries = None
-                elif version == "v1":
-                    entries = {**(entries or {}), **(_string_map(value, name, struct) or {})}
-                else:
-                    pairs_in = _as_object(value)
-                    if pairs_in is None:
-                        raise _TypeError("json: cannot unmarshal %s into Go struct field %s.entries of type "
-                                         "map[string]map[string]string" % (_go_type(value), struct))
-                    merged = dict(entries or {})
-                    for pod, containers in pairs_in:
-                        merged[_fix_surrogates(pod)] = _string_map(containers, name, struct)
-                    entries = merged
-        except _TypeError as exc:
-            first_error = first_error or exc
-    if first_error is not None:
-        raise first_error
-    return policy, default, entries, stored
+# --- reading (Go encoding/json semantics: go_json) ------------------------------------------------------------
+V1_STRUCT = Struct("CPUManagerCheckpointV1", {"policyName": STRING, "defaultCpuSet": STRING, "entries": STRING_MAP,
+                                              "checksum": CHECKSUM})
+V2_STRUCT = Struct("CPUManagerCheckpointV2", {"policyName": STRING, "defaultCpuSet": STRING, "entries": ENTRIES,
+                                              "checksum": CHECKSUM})
 
 
 def _attempt(doc: Any, version: str) -> Tuple[str, str, Dict[str, Any], int]:
-    policy, default, entries, stored = _decode_struct(doc, version)
+    """json.Unmarshal into a fresh CPUManagerCheckpointV1/V2, then its checksum (0 accepted)."""
+    decoded = (V1_STRUCT if version == "v1" else V2_STRUCT).decode(doc)
+    if decoded.error is not None:
+        raise decoded.error
+    values = decoded.values
+    policy, default, entries, stored = (values[field] for field in V2_FIELDS)
     if stored != 0 and stored != checksum(policy, default, entries, version):
         raise RestoreFailure("checkpoint is corrupted")
     return policy, default, entries or {}, stored
@@ -314,14 +203,14 @@ def decode(data: bytes, policy_name: str,
         policy, default, entries, stored = canonical
         version = "v2"
     else:
-        doc = _syntax(data.decode("utf-8", "replace"))
+        doc = parse(data.decode("utf-8", "replace"))
         try:
             policy, default, entries, stored = _attempt(doc, "v1")
             version = "v1"
-        except (RestoreFailure, _TypeError):
+        except (RestoreFailure, TypeMismatch):
             try:
                 policy, default, entries, stored = _attempt(doc, "v2")
-            except _TypeError as exc:
+            except TypeMismatch as exc:
                 raise RestoreFailure(str(exc)) from None
             version = "v2"
     if version == "v1":

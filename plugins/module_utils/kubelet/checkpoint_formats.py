@@ -16,28 +16,33 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ..errors import CPUSetError, RestoreFailure
-from .checkpoint import (_UINT64_MAX, V2_MAP, Restored, _attempt, _fold, _go_object, _GoNumber, _Object, _spew_entries,
-                         _string, _string_map, _syntax, _TypeError, checksum, decode, encode, fnv1a32, go_json_string,
-                         restored_state)
+from ..errors import RestoreFailure
+from .checkpoint import (V2_MAP, Restored, _attempt, _go_object, _spew_entries, checksum, decode, encode, fnv1a32,
+                         go_json_string, restored_state)
 from .cpuset import CPUSet
+from .go_json import BASELINES, CHECKSUM, ENTRIES, POD_ENTRIES, STRING, Struct, TypeMismatch, parse
 from .kubelet_versions import KubeletVersion
 from .state import CPUState
 
 V3_NAMES = ("CPUManagerCheckpoint", "CPUManagerCheckpointV3")  # the 1.36 name, and 1.37's
-_OUTER = ("policyName", "defaultCpuSet", "entries", "podEntries", "baselines", "checksum", "data", "dataChecksum")
+_V2_PART = {"policyName": STRING, "defaultCpuSet": STRING, "entries": ENTRIES}
+V3_STRUCTS = {name: Struct(name, dict(_V2_PART, podEntries=POD_ENTRIES, checksum=CHECKSUM)) for name in V3_NAMES}
+V4_STRUCT = Struct("CPUManagerCheckpoint", dict(_V2_PART, checksum=CHECKSUM, data=STRING, dataChecksum=CHECKSUM))
+DATA_STRUCT = Struct("CPUManagerCheckpointData", dict(_V2_PART, podEntries=POD_ENTRIES, baselines=BASELINES))
 
 
 # --- checksums -----------------------------------------------------------------------------------------------
-def _spew_pod_entries(pods: Mapping[str, CPUSet]) -> str:
+def _spew_pod_entries(pods: Optional[Mapping[str, CPUSet]]) -> str:
     """``state.PodCPUAssignments`` as spew dumps it: each CPU set as its map of CPU ids, sorted numerically."""
+    if pods is None:
+        return "<nil>"
     return "map[%s]" % " ".join(
         "%s:{CPUSet:(cpuset.CPUSet){elems:(map[int]struct {})map[%s]}}" % (pod, " ".join("%d:{}" % cpu for cpu in cpus))
         for pod, cpus in sorted(pods.items()))
 
 
-def v3_checksum(policy: str, default: str, entries: Mapping[str, Any], pods: Mapping[str, CPUSet],
-                name: str = V3_NAMES[0]) -> int:
+def v3_checksum(policy: str, default: str, entries: Optional[Mapping[str, Any]],
+                pods: Optional[Mapping[str, CPUSet]], name: str = V3_NAMES[0]) -> int:
     text = ("(*state.%s){PolicyName:(string)%s DefaultCPUSet:(string)%s Entries:(%s)%s PodEntries:"
             "(state.PodCPUAssignments)%s Checksum:(checksum.Checksum)0}" % (
                 name, policy, default, V2_MAP, _spew_entries(entries), _spew_pod_entries(pods)))
@@ -102,92 +107,54 @@ def _strings(entries: Mapping[str, Mapping[str, CPUSet]]) -> Dict[str, Dict[str,
 
 
 # --- reading ---------------------------------------------------------------------------------------------------
-class _Fields:
-    """The known fields of a checkpoint object, matched as Go's decoder matches them."""
-
-    def __init__(self, doc: Any, struct: str) -> None:
-        if not isinstance(doc, _Object):
-            raise _TypeError("json: cannot unmarshal %s into Go value of type state.%s" % (
-                "array" if isinstance(doc, list) else "string" if isinstance(doc, str) else "number", struct))
-        folded = {_fold(name): name for name in _OUTER}
-        self.values: Dict[str, Any] = {}
-        for key, value in doc:
-            name = key if key in _OUTER else folded.get(_fold(key))
-            if name is not None:
-                self.values[name] = value
-        self.struct = struct
-
-    def string(self, name: str) -> str:
-        return _string(self.values.get(name), name, self.struct) or ""
-
-    def number(self, name: str) -> int:
-        value = self.values.get(name)
-        if value is None:
-            return 0
-        if isinstance(value, bool) or not isinstance(value, int) or isinstance(value, _GoNumber) or not (
-                0 <= value <= _UINT64_MAX):
-            raise _TypeError("json: cannot unmarshal %s into Go struct field %s.%s of type checksum.Checksum" % (
-                "number" if isinstance(value, (int, _GoNumber)) else "string", self.struct, name))
-        return value
-
-    def entries(self) -> Dict[str, Dict[str, str]]:
-        value = self.values.get("entries")
-        if value is None:
-            return {}
-        if not isinstance(value, _Object):
-            raise _TypeError("json: cannot unmarshal %s into Go struct field %s.entries of type "
-                             "map[string]map[string]string" % ("string" if isinstance(value, str) else "array",
-                                                               self.struct))
-        return {pod: _string_map(inner, "entries", self.struct) or {} for pod, inner in value}
-
-    def pods(self) -> Dict[str, CPUSet]:
-        value = self.values.get("podEntries")
-        pods: Dict[str, CPUSet] = {}
-        for pod, entry in value if isinstance(value, _Object) else []:
-            text = ""
-            for key, inner in entry if isinstance(entry, _Object) else []:
-                if _fold(key) == "cpuset":
-                    text = _string(inner, "cpuSet", "podEntryJSON") or ""
-            try:
-                pods[pod] = CPUSet.parse(text or "")
-            except CPUSetError as exc:
-                raise RestoreFailure('could not parse cpuset "%s" for pod "%s": %s' % (text, pod, exc.detail)) from None
-        return pods
-
-    def baselines(self) -> Dict[str, Dict[str, str]]:
-        value = self.values.get("baselines")
-        out: Dict[str, Dict[str, str]] = {}
-        for pod, items in value if isinstance(value, _Object) else []:
-            for name, entry in items if isinstance(items, _Object) else []:
-                base = next((v for k, v in entry if _fold(k) == "baseline"), "") if isinstance(entry, _Object) else ""
-                out.setdefault(pod, {})[name] = base if isinstance(base, str) else ""
-        return out
+Fields = Dict[str, Any]  # policy, default, entries
 
 
-def _v3(doc: Any, names: Tuple[str, ...]) -> Tuple[Dict[str, Any], Dict[str, CPUSet]]:
-    """V3: the stored checksum must be the V3 dump under one of ``names`` (0 is not accepted)."""
-    fields = _Fields(doc, "CPUManagerCheckpointV3")
-    policy, default = fields.string("policyName"), fields.string("defaultCpuSet")
-    entries, pods = fields.entries(), fields.pods()
-    stored = fields.number("checksum")
-    if not any(stored == v3_checksum(policy, default, entries, pods, name) for name in names):
+class _V4Failed(Exception):
+    """The V4 attempt failed; ``hard`` when the file has ``data`` or a ``dataChecksum`` (1.37: no fallback)."""
+
+    def __init__(self, message: str, hard: bool) -> None:
+        super().__init__(message)
+        self.hard = hard
+
+
+def _decoded(struct: Struct, doc: Any) -> Fields:
+    decoded = struct.decode(doc)
+    if decoded.error is not None:
+        raise decoded.error
+    return decoded.values
+
+
+def _v3(doc: Any, name: str, names: Tuple[str, ...]) -> Tuple[Fields, Dict[str, CPUSet]]:
+    """V3: every field decoded as the struct ``name`` is, then the stored checksum must be the V3 dump under one of
+    ``names`` (0 is not accepted)."""
+    values = _decoded(V3_STRUCTS[name], doc)
+    policy, default, entries, pods = (values[key] for key in ("policyName", "defaultCpuSet", "entries", "podEntries"))
+    if not any(values["checksum"] == v3_checksum(policy, default, entries, pods, each) for each in names):
         raise RestoreFailure("checkpoint is corrupted")
-    return {"policy": policy, "default": default, "entries": entries}, pods
+    return {"policy": policy, "default": default, "entries": entries or {}}, pods or {}
 
 
-def _v4(doc: Any) -> Tuple[Dict[str, Any], Dict[str, CPUSet], Dict[str, Dict[str, str]]]:
-    outer = _Fields(doc, "CPUManagerCheckpoint")
-    data = outer.string("data")
-    stored = outer.number("dataChecksum")
+def _v4(doc: Any) -> Tuple[Fields, Dict[str, CPUSet], Dict[str, Dict[str, str]]]:
+    """V4 as 1.37 reads it: the outer struct (its inline V2 part included), ``data`` into CheckpointData, then
+    ``dataChecksum``."""
     try:
-        inner = _Fields(_syntax(data), "CPUManagerCheckpointData")
-    except RestoreFailure as exc:
-        raise RestoreFailure("failed to deserialize cpu manager checkpoint data: %s" % exc) from None
+        outer = V4_STRUCT.decode(doc)
+    except TypeMismatch as exc:
+        raise _V4Failed(str(exc), True) from None
+    data, stored = outer.values["data"], outer.values["dataChecksum"]
+    hard = bool(data) or stored != 0
+    if outer.error is not None:
+        raise _V4Failed(str(outer.error), hard)
+    try:
+        inner = _decoded(DATA_STRUCT, parse(data))
+    except (RestoreFailure, TypeMismatch) as exc:
+        raise _V4Failed("failed to deserialize cpu manager checkpoint data: %s" % exc, hard) from None
     if stored != data_checksum(data):
-        raise RestoreFailure("checkpoint is corrupted")
-    fields = {"policy": inner.string("policyName"), "default": inner.string("defaultCpuSet"),
-              "entries": inner.entries()}
-    return fields, inner.pods(), inner.baselines()
+        raise _V4Failed("checkpoint is corrupted", hard)
+    fields = {"policy": inner["policyName"], "default": inner["defaultCpuSet"], "entries": inner["entries"] or {}}
+    baselines = {pod: dict(items) for pod, items in (inner["baselines"] or {}).items() if items is not None}
+    return fields, inner["podEntries"] or {}, baselines
 
 
 def read(data: bytes, policy_name: str, version: KubeletVersion,
@@ -195,37 +162,36 @@ def read(data: bytes, policy_name: str, version: KubeletVersion,
     """Restore ``data`` as kubelet ``version`` does; RestoreFailure with its text otherwise."""
     if version.minor <= 35:
         return decode(data, policy_name, initial_containers)
-    doc = _syntax(data.decode("utf-8", "replace"))
+    doc = parse(data.decode("utf-8", "replace"))
     pods: Dict[str, CPUSet] = {}
     baselines: Dict[str, Dict[str, str]] = {}
-    fields: Optional[Dict[str, Any]] = None
+    fields: Optional[Fields] = None
     kind = ""
     errors: List[str] = []
     if version.minor >= 37:
         try:
             fields, pods, baselines = _v4(doc)
             kind = "v4"
-        except (RestoreFailure, _TypeError) as exc:
-            outer = doc if isinstance(doc, _Object) else _Object()
-            present = {_fold(k) for k, _v in outer}
-            if "data" in present or "datachecksum" in present:
+        except _V4Failed as exc:
+            if exc.hard:
                 raise RestoreFailure("could not load v4 checkpoint: %s" % exc) from None
     attempts = ["v3", "v2"] if version.minor >= 37 or version.pod_level else ["v2"]
     for attempt in attempts if fields is None else []:
         try:
             if attempt == "v3":
-                fields, pods = _v3(doc, V3_NAMES if version.minor >= 37 else V3_NAMES[:1])
+                fields, pods = (_v3(doc, V3_NAMES[1], V3_NAMES) if version.minor >= 37 else
+                                _v3(doc, V3_NAMES[0], V3_NAMES[:1]))
             else:
                 policy, default, entries, _stored = _attempt(doc, "v2")
                 fields = {"policy": policy, "default": default, "entries": entries}
             kind = attempt
             break
-        except (RestoreFailure, _TypeError) as exc:
+        except (RestoreFailure, TypeMismatch) as exc:
             errors.append(str(exc))
     if fields is None and version.minor == 36:  # 1.36 goes on to V1, and fails with that last attempt's error
         try:
             _attempt(doc, "v1")
-        except (RestoreFailure, _TypeError) as exc:
+        except (RestoreFailure, TypeMismatch) as exc:
             raise RestoreFailure(str(exc)) from None
         return decode(data, policy_name, initial_containers)  # V1 verifies: migrated as 1.35 does
     if fields is None:

@@ -32,6 +32,8 @@ _HELP = {
     "kubecpu_update_errors_total": ("counter", "Runtime updates that failed."),
     "kubecpu_resizes_total": ("counter", "In-place resizes of exclusive CPUs carried out."),
     "kubecpu_resize_errors_total": ("counter", "In-place resizes refused or infeasible (retried every pass)."),
+    "kubecpu_peer_errors_total": ("counter", "What the runtime sent that ended one request, one connection or one pass "
+                                  "(never the process), by peer and kind."),
 }
 
 

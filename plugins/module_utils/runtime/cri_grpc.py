@@ -25,6 +25,11 @@ from .model import ContainerInfo, ListedContainer, RuntimeBase, check_container_
 
 DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
 SERVICE = "/runtime.v1.RuntimeService/"
+# The calls a dropped connection may send again (grpc_h2.Connection.unary): each has the same effect however often it
+# is made. Version, ListContainers, ContainerStatus and PodSandboxStatus only read; UpdateContainerResources sets
+# absolute values (a cpuset, a quota), so a second one finds them set. A call added here must be one of these kinds; any
+# other is sent once, and a connection lost after the runtime may have processed it is the caller's error to see.
+IDEMPOTENT = frozenset({"Version", "ListContainers", "ContainerStatus", "PodSandboxStatus", "UpdateContainerResources"})
 
 _METADATA = [("name", 1, "string"), ("attempt", 2, "uint32")]
 _LINUX_RESOURCES = [("cpu_period", 1, "int64"), ("cpu_quota", 2, "int64"), ("cpu_shares", 3, "int64"),
@@ -103,10 +108,12 @@ class CRIRuntime(RuntimeBase):
 
     def call(self, rpc: str, request: Any, response: Any, *, target: str = "", operation: str = "",
              service: str = SERVICE) -> Any:
-        """One unary call; a failure becomes the core's runtime error for its status."""
+        """One unary call; a failure becomes the core's runtime error for its status. A call may be sent again
+        on a new connection only when that cannot do it twice (``IDEMPOTENT``)."""
         self.count(operation or rpc)
         try:
-            reply = self.connection.unary(service + rpc, request.SerializeToString(), self.timeout)
+            reply = self.connection.unary(service + rpc, request.SerializeToString(), self.timeout,
+                                          idempotent=rpc in IDEMPOTENT)
         except RpcStatus as exc:
             raise status_error(exc.code, exc.details, operation or rpc, target, self.endpoint) from None
         try:
@@ -172,32 +179,56 @@ class CRIRuntime(RuntimeBase):
 
 
 class EventStream:
-    """A streaming call read in a thread: each event makes the descriptor readable. When the runtime does not stream
-    (UNIMPLEMENTED: containerd 1.6) or the stream ends, ``ended`` says why and the agent keeps its other wakers."""
+    """A streaming call read in a thread: each event makes the descriptor readable. A stream that ends, breaks or goes
+    silent (the connection's keepalive PING unanswered) is opened again after a back-off, and the agent is woken once
+    (events may have been missed meanwhile); ``interruptions`` counts them and ``interrupted`` says the last why. When
+    the runtime does not stream at all (UNIMPLEMENTED: containerd 1.6), ``ended`` says so and the agent keeps its other
+    wakers. Nothing the runtime sends ends more than this stream."""
+
+    RETRY, MAX_RETRY = 0.5, 30.0  # seconds before the stream is opened again, doubling while it keeps failing
 
     def __init__(self, connection: Connection, path: str, request: bytes) -> None:
         self._read, self._write = os.pipe()
         os.set_blocking(self._read, False)
         self._connection = connection
         self._path, self._request = path, request
-        self._closing = False
+        self._closing = threading.Event()
         self.events = 0
+        self.interruptions = 0
+        self.interrupted = ""
         self.ended = ""
         self._thread = threading.Thread(target=self._run, name="kubecpu-cri-events", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        try:
-            for _event in self._connection.stream(self._path, self._request):
-                self.events += 1
-                os.write(self._write, b"e")
-            self.ended = "the runtime ended its event stream"
-        except RpcStatus as exc:
-            self.ended = "closed" if self._closing else "the runtime does not stream container events (%s)" % exc.code
-        except OSError:
-            self.ended = "closed"
+        retry = self.RETRY
+        while not self._closing.is_set():
+            try:
+                for _event in self._connection.stream(self._path, self._request):
+                    self.events += 1
+                    retry = self.RETRY
+                    self._wake(b"e")
+                why = "the runtime ended its event stream"
+            except RpcStatus as exc:
+                if exc.code == "UNIMPLEMENTED":
+                    self.ended = "the runtime does not stream container events (UNIMPLEMENTED)"
+                    break
+                why = "%s: %s" % (exc.code, exc.details)
+            except Exception as exc:  # pylint: disable=broad-except  # whatever the runtime sent ends this stream, never the agent
+                why = "%s: %s" % (type(exc).__name__, exc)
+            if self._closing.is_set():
+                break
+            self.interruptions += 1
+            self.interrupted = why
+            self._wake(b"e")  # events may have been missed: a pass
+            self._closing.wait(retry)
+            retry = min(retry * 2, self.MAX_RETRY)
+        self.ended = self.ended or "closed"
+        self._wake(b"x")
+
+    def _wake(self, what: bytes) -> None:
         with contextlib.suppress(OSError):
-            os.write(self._write, b"x")
+            os.write(self._write, what)
 
     def fileno(self) -> int:
         return self._read
@@ -209,7 +240,7 @@ class EventStream:
             return False
 
     def close(self) -> None:
-        self._closing = True
+        self._closing.set()
         self._connection.close()
         self._thread.join(timeout=2)
         for fd in (self._read, self._write):

@@ -2,7 +2,8 @@
 # Apache License 2.0 (see LICENSE)
 """The agent loop: one process, one runtime connection, a reconcile pass every period.
 
-It survives runtime outages (logs, backs off up to ``max_backoff``, retries), stops cleanly on SIGTERM or
+It survives runtime outages and whatever a runtime sends (a failed pass is a log line, a metric and a back-off up to
+``max_backoff``, then a retry; never the process's end), stops cleanly on SIGTERM or
 SIGINT (the pass in progress finishes, the lock is released), and writes Prometheus textfile metrics
 after every pass. The signal handler only records the signal: the kernel wakes the wait through a pipe
 (``signal.set_wakeup_fd``) and the loop does the logging, so a signal arriving while the log is being
@@ -144,6 +145,11 @@ class Agent:
             return False
         except (ContainerRuntimeError, KubecpuError, OSError) as exc:
             self._fail(str(exc), started)
+            return False
+        except Exception as exc:  # pylint: disable=broad-except  # whatever a runtime sent fails this pass, never the agent
+            self.metrics.inc("kubecpu_peer_errors_total", peer=getattr(self.manager.runtime, "name", "runtime"),
+                             kind="pass")
+            self._fail("the pass failed: %s: %s" % (type(exc).__name__, exc), started)
             return False
         self._confine(plan.after.default)
         doc = plan.to_dict()

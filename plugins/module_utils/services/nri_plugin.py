@@ -17,7 +17,10 @@ all run on one node and never double-book a CPU.
   container is released, and the containers whose pool grew are updated unsolicited.
 
 A reply that cannot be made within the runtime's request timeout (default 2 s) is not made at all (the runtime has
-given up on it) and the log says why.
+given up on it) and the log says why. What the runtime sends is hostile until parsed: a payload the plugin cannot read
+is that request's INVALID_ARGUMENT, a broken frame or envelope that connection's end (the plugin connects again), and
+any other failure of a request its INTERNAL; each is a log line and ``kubecpu_peer_errors_total``, never the process's
+end. SIGTERM ends the plugin within ``ttrpc.POLL`` seconds whatever it waits for.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import signal
 import time
 from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 
-from ..errors import ContainerNotFoundError, ContainerRuntimeError, KubecpuError, StateError
+from ..errors import ContainerNotFoundError, KubecpuError, MessageError, StateError
 from ..kubelet.cpuset import CPUSet
 from ..node.manager import NodeManager
 from ..node.metrics import Metrics
@@ -35,7 +38,7 @@ from ..runtime.model import EXITED, RUNNING, ContainerInfo, ListedContainer, Run
 from ..runtime.nri_api import (CREATE_CONTAINER, DEFAULT_INDEX, DEFAULT_NAME, DEFAULT_SOCKET, PLUGIN_SERVICE,
                                REMOVE_CONTAINER, RUNTIME_SERVICE, STOP_CONTAINER, UPDATE_CONTAINER, container_model,
                                event_mask, now_ns, schema)
-from ..wire.ttrpc import OK, UNIMPLEMENTED, UNKNOWN, Channel
+from ..wire.ttrpc import INTERNAL, INVALID_ARGUMENT, OK, POLL, UNIMPLEMENTED, UNKNOWN, Channel, ConnectionBroken
 from .agent import say, write_metrics
 
 DEFAULT_REQUEST_TIMEOUT = 2.0
@@ -129,15 +132,26 @@ class NRIPlugin:
             while self.stopping is None:
                 try:
                     self.serve_connection()
-                except (ContainerRuntimeError, OSError) as exc:
-                    self._say("warning", "NRI connection: %s; retrying in %.1fs" % (exc, retry))
-                if self.stopping is None:
-                    time.sleep(retry)
+                except Exception as exc:  # pylint: disable=broad-except  # whatever the runtime did ends this connection only
+                    if self.stopping is None:
+                        self._peer_error("broken" if isinstance(exc, ConnectionBroken) else "connection")
+                        self._say("warning", "NRI connection: %s; retrying in %.1fs" % (exc, retry))
+                self._sleep(retry)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         self._say("info", "NRI plugin stopped")
         return 0
+
+    def _sleep(self, seconds: float) -> None:
+        """A pause that a stop request ends within POLL seconds."""
+        until = time.monotonic() + seconds
+        while self.stopping is None and time.monotonic() < until:
+            time.sleep(min(POLL, max(until - time.monotonic(), 0.0)))
+
+    def _peer_error(self, kind: str) -> None:
+        self.metrics.inc("kubecpu_peer_errors_total", peer="nri", kind=kind)
+        write_metrics(self.metrics, self.metrics_path, self.log)
 
     def _stop(self, signum: int, _frame: Any) -> None:
         self.stopping = signum
@@ -177,9 +191,17 @@ class NRIPlugin:
         started = self.clock()
         try:
             reply = on(payload)
+        except MessageError as exc:
+            self._peer_error("payload")
+            self._say("error", "%s: the runtime's request cannot be read: %s" % (method, exc))
+            return INVALID_ARGUMENT, "kubecpu cannot read this %s request: %s" % (method, exc), b""
         except KubecpuError as exc:
             self._say("error", "%s: %s" % (method, exc))
             return UNKNOWN, str(exc), b""
+        except Exception as exc:  # pylint: disable=broad-except  # one request's failure, never the plugin's
+            self._peer_error("request")
+            self._say("error", "%s failed: %s: %s" % (method, type(exc).__name__, exc))
+            return INTERNAL, "kubecpu could not handle %s: %s" % (method, type(exc).__name__), b""
         late = deadline and time.monotonic() > deadline
         if late:
             self._say("error", "%s answered after the runtime's request timeout (%.3fs): not sent; the runtime has "

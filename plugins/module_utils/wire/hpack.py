@@ -4,6 +4,11 @@
 Huffman: valid for every decoder), and the server's blocks decoded in full (static and dynamic table, size updates,
 Huffman strings).
 
+The decoder works on octets, as RFC 7541 does: the dynamic table keeps the octets it was given and counts an entry's
+size on them (section 4.1), so a field that is not UTF-8 keeps the table in step with the encoder's; only the fields
+handed out are text (UTF-8, a bad octet replaced). A decoded header list is at most ``MAX_HEADER_LIST`` (the size our
+SETTINGS_MAX_HEADER_LIST_SIZE announces, counted as section 4.1 counts an entry).
+
 The Huffman code of RFC 7541 Appendix B is canonical (within one length, codes ascend with the symbol), so the
 lengths alone define it: ``_LENGTHS`` holds the code length of symbols 0..256 as letters, ``A`` meaning 5 bits.
 """
@@ -15,6 +20,8 @@ from typing import Dict, List, Sequence, Tuple
 from ..errors import ProtocolError
 
 Header = Tuple[str, str]
+Octets = Tuple[bytes, bytes]
+MAX_HEADER_LIST = 16 << 10  # bytes of one decoded header list (gRPC's default limit is 16 KiB too)
 
 # RFC 7541 Appendix A: the static table, indexes 1..61.
 STATIC: Sequence[Header] = (
@@ -52,6 +59,7 @@ def _canonical() -> Dict[int, Tuple[int, List[int]]]:
 
 
 _CODES = _canonical()
+_STATIC_OCTETS = tuple((name.encode(), value.encode()) for name, value in STATIC)
 
 
 def huffman_decode(data: bytes) -> bytes:
@@ -103,32 +111,38 @@ def encode(headers: Sequence[Header]) -> bytes:
 class Decoder:
     """Decodes one connection's header blocks in order (the dynamic table lives across blocks)."""
 
-    def __init__(self, max_size: int = 4096) -> None:
+    def __init__(self, max_size: int = 4096, max_list: int = MAX_HEADER_LIST) -> None:
         self.max_size = self.limit = max_size  # the limit our SETTINGS allow; the size the peer last chose
-        self.table: List[Header] = []  # newest first
+        self.max_list = max_list
+        self.table: List[Octets] = []  # newest first, as the octets came
         self.size = 0
 
     def decode(self, block: bytes) -> List[Header]:
         headers: List[Header] = []
-        at = 0
+        at = listed = 0
         while at < len(block):
             first = block[at]
-            if first & 0x80:  # indexed field
-                index, at = self._int(block, at, 7)
-                headers.append(self._entry(index))
-            elif first & 0xC0 == 0x40:  # literal with incremental indexing
-                header, at = self._literal(block, at, 6)
-                self._add(header)
-                headers.append(header)
-            elif first & 0xE0 == 0x20:  # dynamic table size update
+            if first & 0xE0 == 0x20:  # dynamic table size update
+                if headers:  # RFC 7541 4.2: only at the start of a header block
+                    raise ProtocolError("HPACK: a dynamic table size update after a header field")
                 size, at = self._int(block, at, 5)
                 if size > self.max_size:
                     raise ProtocolError("HPACK: table size %d over the limit %d" % (size, self.max_size))
                 self.limit = size
                 self._evict(0)
+                continue
+            if first & 0x80:  # indexed field
+                index, at = self._int(block, at, 7)
+                field = self._entry(index)
+            elif first & 0xC0 == 0x40:  # literal with incremental indexing
+                field, at = self._literal(block, at, 6)
+                self._add(field)
             else:  # literal without indexing (0000) or never indexed (0001)
-                header, at = self._literal(block, at, 4)
-                headers.append(header)
+                field, at = self._literal(block, at, 4)
+            listed += len(field[0]) + len(field[1]) + 32  # RFC 7541 4.1's size, as SETTINGS_MAX_HEADER_LIST_SIZE
+            if listed > self.max_list:
+                raise ProtocolError("HPACK: a header list over %d bytes" % self.max_list)
+            headers.append((field[0].decode("utf-8", "replace"), field[1].decode("utf-8", "replace")))
         return headers
 
     def _int(self, block: bytes, at: int, prefix: int) -> Tuple[int, int]:
@@ -148,7 +162,7 @@ class Decoder:
             if not byte & 128:
                 return value, at
 
-    def _string(self, block: bytes, at: int) -> Tuple[str, int]:
+    def _string(self, block: bytes, at: int) -> Tuple[bytes, int]:
         if at >= len(block):
             raise ProtocolError("HPACK: truncated string")
         huffman = block[at] & 0x80
@@ -156,9 +170,9 @@ class Decoder:
         if at + length > len(block):
             raise ProtocolError("HPACK: truncated string")
         raw = block[at:at + length]
-        return (huffman_decode(raw) if huffman else raw).decode("utf-8", "replace"), at + length
+        return (huffman_decode(raw) if huffman else raw), at + length
 
-    def _literal(self, block: bytes, at: int, prefix: int) -> Tuple[Header, int]:
+    def _literal(self, block: bytes, at: int, prefix: int) -> Tuple[Octets, int]:
         index, at = self._int(block, at, prefix)
         if index:
             name = self._entry(index)[0]
@@ -167,21 +181,21 @@ class Decoder:
         value, at = self._string(block, at)
         return (name, value), at
 
-    def _entry(self, index: int) -> Header:
-        if 1 <= index <= len(STATIC):
-            return STATIC[index - 1]
-        if 0 < index - len(STATIC) <= len(self.table):
-            return self.table[index - len(STATIC) - 1]
+    def _entry(self, index: int) -> Octets:
+        if 1 <= index <= len(_STATIC_OCTETS):
+            return _STATIC_OCTETS[index - 1]
+        if 0 < index - len(_STATIC_OCTETS) <= len(self.table):
+            return self.table[index - len(_STATIC_OCTETS) - 1]
         raise ProtocolError("HPACK: index %d outside the tables" % index)
 
-    def _add(self, header: Header) -> None:
-        entry = len(header[0].encode()) + len(header[1].encode()) + 32  # RFC 7541 4.1
+    def _add(self, field: Octets) -> None:
+        entry = len(field[0]) + len(field[1]) + 32  # RFC 7541 4.1, on the octets
         self._evict(entry)
         if entry <= self.limit:
-            self.table.insert(0, header)
+            self.table.insert(0, field)
             self.size += entry
 
     def _evict(self, room: int) -> None:
         while self.table and self.size + room > self.limit:
             name, value = self.table.pop()
-            self.size -= len(name.encode()) + len(value.encode()) + 32
+            self.size -= len(name) + len(value) + 32

@@ -18,12 +18,15 @@ its parent when written to, repeated fields as lists, maps as dicts, ``HasField`
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, Mapping, NamedTuple, Sequence, Tuple, Type
+from typing import Any, ClassVar, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Type
 
 from ..errors import MessageError
 
 SCALARS = {"string": "", "bytes": b"", "int64": 0, "int32": 0, "uint32": 0, "uint64": 0, "bool": False}
-VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
+VARINT, FIXED64, LENGTH, START_GROUP, END_GROUP, FIXED32 = 0, 1, 2, 3, 4, 5
+MAX_FIELD_NUMBER = (1 << 29) - 1  # protobuf's: numbers 1 to 2^29 - 1 (0 and above are refused, as protobuf does)
+MAX_GROUP_DEPTH = 100  # nested groups of an unknown field, as deep as protobuf's own recursion limit
+_MASK64 = (1 << 64) - 1
 FieldSpec = Tuple[str, int, str]
 
 
@@ -57,6 +60,7 @@ def _varint(value: int) -> bytes:
 
 
 def _read_varint(data: bytes, at: int, end: int) -> Tuple[int, int]:
+    """At most ten bytes; the bits above 64 of a tenth byte are dropped, as protobuf drops them."""
     value = shift = 0
     while True:
         if at >= end or shift > 63:
@@ -66,7 +70,7 @@ def _read_varint(data: bytes, at: int, end: int) -> Tuple[int, int]:
         value |= (byte & 127) << shift
         shift += 7
         if not byte & 128:
-            return value, at
+            return value & _MASK64, at
 
 
 def _signed(value: int, bits: int) -> int:
@@ -212,42 +216,48 @@ class Message:
 
     def _decode(self, data: bytes, at: int, end: int) -> None:
         """Reads ``data[at:end]`` into this message (sub-messages read in place, no copies: a list of 250
-        containers with five labels each decodes in about 6 ms)."""
+        containers with five labels each decodes in about 6 ms). As protobuf does: a field the table does not list,
+        or one whose wire type is not its type's, is kept as it came (groups included); field number 0, numbers above
+        2^29 - 1 and wire types 6 and 7 are refused."""
         values = self._values
         while at < end:
             start = at
             key, at = (data[at], at + 1) if data[at] < 128 else _read_varint(data, at, end)
             number, wire = key >> 3, key & 7
+            if not 0 < number <= MAX_FIELD_NUMBER:
+                raise MessageError("%s: field number %d" % (type(self).__name__, number))
             field = self._numbers.get(number)
             if wire == LENGTH:
                 size, at = (data[at], at + 1) if at < end and data[at] < 128 else _read_varint(data, at, end)
                 stop = at + size
                 if stop > end:
                     raise MessageError("%s: field %d runs past the end" % (type(self).__name__, number))
-                if field is None:
+                if field is None or not (field.kind in ("string", "bytes", "message", "map") or field.repeated):
                     self._unknown.append(data[start:stop])
                 else:
-                    self._length_field(field, data, at, stop)
+                    self._length_field(field, data, start, at, stop)
                 at = stop
             elif wire == VARINT:
                 value, at = _read_varint(data, at, end)
-                if field is None:
+                if field is None or field.kind in ("string", "bytes", "map", "message"):
                     self._unknown.append(data[start:at])
-                elif field.kind in ("string", "bytes", "map", "message"):
-                    raise MessageError("%s.%s: wire type %d" % (type(self).__name__, field.name, wire))
                 elif field.repeated:
                     values.setdefault(field.name, []).append(_number(field.kind, value))
                 else:
                     values[field.name] = _number(field.kind, value)
-            elif wire in (FIXED64, FIXED32) and field is None:  # no field of ours is fixed: kept as it came
+            elif wire in (FIXED64, FIXED32):  # no field of ours is fixed: kept as it came
                 at += 8 if wire == FIXED64 else 4
                 if at > end:
                     raise MessageError("%s: field %d runs past the end" % (type(self).__name__, number))
                 self._unknown.append(data[start:at])
+            elif wire == START_GROUP:
+                at = _skip_group(data, at, end, number, 1)
+                self._unknown.append(data[start:at])
             else:
                 raise MessageError("%s: field %d has wire type %d" % (type(self).__name__, number, wire))
 
-    def _length_field(self, field: Field, data: bytes, at: int, stop: int) -> None:
+    def _length_field(self, field: Field, data: bytes, start: int, at: int, stop: int) -> None:
+        """The field's ``data[at:stop]``; ``start`` is where its key began."""
         kind, name, values = field.kind, field.name, self._values
         if kind in ("string", "bytes"):
             item = data[at:stop] if kind == "bytes" else _utf8(data[at:stop], field)
@@ -265,8 +275,11 @@ class Message:
                     values[name] = child
             child._decode(data, at, stop)
         elif kind == "map":
-            key, value = _map_entry(data, at, stop, field)
-            values.setdefault(name, {})[key] = value
+            entry = _map_entry(data, at, stop, field)
+            if entry is None:
+                self._unknown.append(data[start:stop])
+            else:
+                values.setdefault(name, {})[entry[0]] = entry[1]
         elif field.repeated:  # packed numbers
             items = values.setdefault(name, [])
             while at < stop:
@@ -285,19 +298,69 @@ class Message:
         return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % item for item in sorted(self._values.items())))
 
 
-def _map_entry(data: bytes, at: int, stop: int, field: Field) -> Tuple[str, str]:
-    """A ``map<string, string>`` entry: key 1, value 2 (either may be missing: then empty)."""
+def _skip_group(data: bytes, at: int, end: int, number: int, depth: int) -> int:
+    """The end of a group (an unknown field of the deprecated group encoding) opened with ``number``: its fields are
+    read, nested groups included, to the END_GROUP of the same number."""
+    if depth > MAX_GROUP_DEPTH:
+        raise MessageError("groups nested over %d deep" % MAX_GROUP_DEPTH)
+    while at < end:
+        key, at = _read_varint(data, at, end)
+        inner, wire = key >> 3, key & 7
+        if inner > MAX_FIELD_NUMBER:  # 0 passes inside a group: protobuf's parser does not look there
+            raise MessageError("field number %d in a group" % inner)
+        if wire == END_GROUP:
+            if inner != number:
+                raise MessageError("group %d closed as %d" % (number, inner))
+            return at
+        if wire == VARINT:
+            _value, at = _read_varint(data, at, end)
+        elif wire in (FIXED64, FIXED32):
+            at += 8 if wire == FIXED64 else 4
+        elif wire == LENGTH:
+            size, at = _read_varint(data, at, end)
+            at += size
+        elif wire == START_GROUP:
+            at = _skip_group(data, at, end, inner, depth + 1)
+        else:
+            raise MessageError("wire type %d in a group" % wire)
+        if at > end:
+            break
+    raise MessageError("group %d runs past the end" % number)
+
+
+def _map_entry(data: bytes, at: int, stop: int, field: Field) -> Optional[Tuple[str, str]]:
+    """A ``map<string, string>`` entry: key 1, value 2 (either may be missing: then empty). An entry holding any other
+    field, or these with another wire type, is None: the caller keeps it as an unknown field, as protobuf does."""
     found = ["", ""]
+    plain = True
     while at < stop:
         key, at = _read_varint(data, at, stop)
-        if key not in (0x0A, 0x12):
-            raise MessageError("map %s: an entry with field %d, wire type %d" % (field.name, key >> 3, key & 7))
-        size, at = _read_varint(data, at, stop)
-        if at + size > stop:
+        number, wire = key >> 3, key & 7
+        if not 0 < number <= MAX_FIELD_NUMBER:
+            raise MessageError("map %s: an entry with field number %d" % (field.name, number))
+        if wire == LENGTH:
+            size, at = _read_varint(data, at, stop)
+            if at + size > stop:
+                raise MessageError("map %s: an entry runs past its end" % field.name)
+            if number in (1, 2):
+                found[number - 1] = _utf8(data[at:at + size], field)
+            else:
+                plain = False
+            at += size
+        elif wire == VARINT:
+            _value, at = _read_varint(data, at, stop)
+            plain = False
+        elif wire in (FIXED64, FIXED32):
+            at += 8 if wire == FIXED64 else 4
+            plain = False
+        elif wire == START_GROUP:
+            at = _skip_group(data, at, stop, number, 1)
+            plain = False
+        else:
+            raise MessageError("map %s: an entry with wire type %d" % (field.name, wire))
+        if at > stop:
             raise MessageError("map %s: an entry runs past its end" % field.name)
-        found[(key >> 3) - 1] = _utf8(data[at:at + size], field)
-        at += size
-    return found[0], found[1]
+    return (found[0], found[1]) if plain else None
 
 
 def _utf8(value: bytes, field: Field) -> str:

@@ -90,7 +90,7 @@ def test_go_escaping_and_key_order():
     (b'{"policyName": "static"', "unexpected end of JSON input"),
     (b"[]", "json: cannot unmarshal array into Go value of type state.CPUManagerCheckpointV2"),
     (b'{"policyName":"static","defaultCpuSet":"","checksum":"1"}',
-     "json: cannot unmarshal string 1 into Go struct field CPUManagerCheckpointV2.checksum of type checksum.Checksum"),
+     "json: cannot unmarshal string into Go struct field CPUManagerCheckpointV2.checksum of type checksum.Checksum"),
     (b'{"policyName":"static","defaultCpuSet":"","checksum":1.5}', "checksum.Checksum"),
     (b'{"policyName":"static","defaultCpuSet":"","checksum":-1}', "checksum.Checksum"),
     (b'{"policyName":"static","defaultCpuSet":"","entries":[],"checksum":0}', "cannot unmarshal array"),

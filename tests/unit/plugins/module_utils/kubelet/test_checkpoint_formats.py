@@ -179,3 +179,88 @@ def test_data_checksum_vectors(data, want):
 ])
 def test_legacy_checksum_vectors(policy, default, version, want):
     assert checksum(policy, default, {}, version) == want
+
+
+# --- every field as the kubelet's struct decodes it, with Go's types and ranges (issue 23) ------------------------
+# The 16 files a 1.37 kubelet refused and kubecpu read: a V4 file whose inline V2 part had the wrong JSON type. Go's
+# json.Unmarshal of the outer struct fails on them before `data` is looked at; with `data` present, 1.37 does not fall
+# back, so the file is refused.
+WRONG_TYPES = [
+    ("policyName", "{}", "object", "string"),
+    ("defaultCpuSet", "[]", "array", "string"),
+    ("checksum", "[]", "array", "checksum.Checksum"),
+    ("checksum", "1" * 100, "number " + "1" * 100, "checksum.Checksum"),  # overflows uint64
+    ("checksum", "18446744073709551616", "number 18446744073709551616", "checksum.Checksum"),  # 2^64
+    ("checksum", "-0", "number -0", "checksum.Checksum"),  # ParseUint takes no sign
+    ("checksum", "1.0", "number 1.0", "checksum.Checksum"),
+    ("checksum", '"1946183654"', "string", "checksum.Checksum"),
+    ("checksum", "true", "bool", "checksum.Checksum"),
+    ("policyName", "5", "number", "string"),
+    ("entries", '"x"', "string", "map[string]map[string]string"),
+    ("entries", '{"p": []}', "array", "map[string]string"),
+    ("entries", '{"p": {"c": 4}}', "number", "string"),
+    ("dataChecksum", '"x"', "string", "checksum.Checksum"),
+]
+
+
+def _with(text, field, literal):
+    """``text`` (one JSON object) with ``field`` set to the raw JSON ``literal``, in place or added at the end."""
+    doc = json.loads(text)
+    doc[field] = "\0marker\0"
+    return json.dumps(doc).replace('"\\u0000marker\\u0000"', literal)
+
+
+@pytest.mark.parametrize("field, literal, shown, go_type", WRONG_TYPES, ids=[w[0] + ":" + w[1][:12] for w in WRONG_TYPES])
+def test_a_v4_file_with_a_field_of_the_wrong_type_is_refused_as_1_37_refuses_it(field, literal, shown, go_type):
+    text = _with(DERIVED_V4, field, literal)
+    with pytest.raises(RestoreFailure) as raised:
+        read(text.encode(), "static", V137)
+    assert str(raised.value) == ("could not load v4 checkpoint: json: cannot unmarshal %s into Go struct field "
+                                 "CPUManagerCheckpoint.%s of type %s" % (shown, field, go_type))
+    if field != "dataChecksum":  # a V2 field: every earlier kubelet, reading V2, refuses the file too
+        for version in (V135, V136, V136_ON):
+            with pytest.raises(RestoreFailure, match="json: cannot unmarshal"):
+                read(text.encode(), "static", version)
+
+
+@pytest.mark.parametrize("field, literal, message", [
+    ("podEntries", '"x"', "json: cannot unmarshal string into Go struct field CPUManagerCheckpointData.podEntries of "
+                          "type state.PodCPUAssignments"),
+    ("podEntries", '{"p": 5}', "json: cannot unmarshal number into Go value of type state.podEntryJSON"),
+    ("podEntries", '{"p": {"cpuSet": 7}}', "json: cannot unmarshal number into Go struct field podEntryJSON.cpuSet of "
+                                           "type string"),
+    ("podEntries", '{"p": {"cpuSet": "x"}}', 'could not parse cpuset "x" for pod "p"'),
+    ("baselines", "[]", "json: cannot unmarshal array into Go struct field CPUManagerCheckpointData.baselines of type "
+                        "map[string]map[string]state.ContainerCPUs"),
+    ("baselines", '{"p": {"c": "2"}}', "json: cannot unmarshal string into Go struct field "
+                                       "CPUManagerCheckpointData.baselines of type state.ContainerCPUs"),
+    ("baselines", '{"p": {"c": {"baseline": 2}}}', "json: cannot unmarshal number into Go struct field "
+                                                   "ContainerCPUs.baselines.baseline of type string"),
+    ("policyName", "[]", "json: cannot unmarshal array into Go struct field CPUManagerCheckpointData.policyName of "
+                         "type string"),
+])
+def test_the_data_object_decodes_with_the_same_rules(field, literal, message):
+    data = _with('{"policyName":"static","defaultCpuSet":"0-1,4-7","entries":{"u":{"app":"2-3"}}}', field, literal)
+    text = json.dumps({"data": data, "dataChecksum": data_checksum(data)})
+    with pytest.raises(RestoreFailure) as raised:
+        read(text.encode(), "static", V137)
+    assert str(raised.value).startswith("could not load v4 checkpoint: failed to deserialize cpu manager checkpoint "
+                                        "data: " + message)
+
+
+@pytest.mark.parametrize("text, version, entries", [
+    # null leaves a string as it was and makes a map nil; unknown keys are ignored; a repeated map key adds to it
+    ('{"policyName":"static","policyName":null,"defaultCpuSet":"0-7","entries":null,"checksum":0}', V135, {}),
+    ('{"policyName":"static","defaultCpuSet":"0-1,4-7","entries":{"u":{"app":"2-3"}},"entries":{"v":{"b":"8"}},'
+     '"checksum":0,"podEntries":7,"extra":[1,{}]}', V135, {"u": {"app": "2-3"}, "v": {"b": "8"}}),
+    # a V4 file without data whose dataChecksum has the wrong type: not "hard" (no data, dataChecksum 0), so 1.37
+    # falls back to V3 (which refuses checksum 0) and V2, where dataChecksum is no field at all
+    ('{"policyName":"static","defaultCpuSet":"0-7","checksum":0,"dataChecksum":"x"}', V137, {}),
+])
+def test_what_go_accepts_kubecpu_reads_the_same(text, version, entries):
+    assert read(text.encode(), "static", version).state.to_dict()["entries"] == entries
+
+
+def test_a_file_with_the_kelvin_sign_in_a_key_matches_as_go_folds_it():
+    text = DERIVED_V4.replace('"dataChecksum"', '"dataChec\u212asum"')  # K (U+212A) folds to k in Go
+    assert read(text.encode(), "static", V137).state.to_dict()["entries"] == {"0b1c2d3e-pod-uid": {"app": "2-3"}}

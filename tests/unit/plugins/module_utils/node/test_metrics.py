@@ -44,7 +44,8 @@ def test_the_state_gauges_per_numa_node():
         'cpu_manager_allocation_per_numa{numa_node="0"} 2', 'cpu_manager_allocation_per_numa{numa_node="1"} 4',
         "cpu_manager_exclusive_cpu_allocation_count 6", "cpu_manager_pinning_errors_total 0",
         "cpu_manager_pinning_requests_total 0", "cpu_manager_shared_pool_size_millicores 1000",
-        "kubecpu_cpuset_updates_total 0", "kubecpu_drift_corrections_total 0", "kubecpu_reconcile_passes_total 0",
+        "kubecpu_cpuset_updates_total 0", "kubecpu_drift_corrections_total 0", "kubecpu_peer_errors_total 0",
+        "kubecpu_reconcile_passes_total 0",
         "kubecpu_released_total 0", "kubecpu_resize_errors_total 0", "kubecpu_resizes_total 0",
         "kubecpu_runtime_calls_total 0", "kubecpu_update_errors_total 0"]  # counters start at 0
 

@@ -5,6 +5,7 @@ Go's texts, and the call counting. (The real containerd is the integration tests
 from __future__ import annotations
 
 import json
+import struct
 import time
 from concurrent import futures
 
@@ -16,6 +17,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import 
                                                                                  RuntimeUnavailableError)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime import cri_grpc
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.wire import grpc_h2
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import h2_peer
 
 PB = cri_grpc.schema()
 CID = "c0ffee" * 4
@@ -147,22 +150,55 @@ class _open:  # a context manager that closes the channel
         self.runtime.close()
 
 
-def _ended(stream, timeout=5):
+def _until(condition, timeout=5):
     deadline = time.monotonic() + timeout
-    while not stream.ended and time.monotonic() < deadline:
+    while not condition() and time.monotonic() < deadline:
         time.sleep(0.01)
-    return stream.ended
+    return condition()
 
 
-def test_container_events_wake_the_agent_and_a_runtime_without_them_is_said(server):
+def test_container_events_wake_the_agent_and_a_runtime_without_them_is_said(server, monkeypatch):
     cri, socket = server
+    monkeypatch.setattr(cri_grpc.EventStream, "RETRY", 0.05)
     with _open(socket) as runtime:
         stream = runtime.event_stream()
-        assert _ended(stream) == "the runtime ended its event stream" and stream.events == 3
-        assert stream.changed() and not stream.changed()  # read once, then quiet
+        assert _until(lambda: stream.interruptions >= 2)  # an ended stream is opened again, and again
+        assert stream.interrupted == "the runtime ended its event stream" and stream.events >= 6 and not stream.ended
+        assert stream.changed()  # each event makes the descriptor readable
         stream.close()
+        assert stream.ended == "closed"
         cri.fail["GetContainerEvents"] = grpc.StatusCode.UNIMPLEMENTED
         stream = runtime.event_stream()
-        assert _ended(stream) == "the runtime does not stream container events (UNIMPLEMENTED)"
-        assert stream.events == 0 and not stream.changed()
+        assert _until(lambda: stream.ended) and stream.ended == \
+            "the runtime does not stream container events (UNIMPLEMENTED)"
+        assert stream.events == 0 and stream.interruptions == 0 and not stream.changed()
         stream.close()
+
+
+def test_what_a_hostile_runtime_sends_is_a_runtime_error_of_the_call(tmp_path):
+    """Issue 23: a grpc-status of "²" was a ValueError out of the backend (and out of the agent's pass); a length
+    prefix of 4 GiB grew the process without bound. Each is now the call's runtime error, and the next call works."""
+    def behave(link):
+        if len(server.links) == 1:
+            sid = link.until(grpc_h2.DATA, grpc_h2.END_STREAM)[2]
+            link.send(h2_peer.headers(sid, h2_peer.OK_HEADERS), h2_peer.headers(
+                sid, [("grpc-status", "²")], grpc_h2.END_HEADERS | grpc_h2.END_STREAM))
+            sid = link.until(grpc_h2.DATA, grpc_h2.END_STREAM)[2]
+            link.send(h2_peer.headers(sid, h2_peer.OK_HEADERS),
+                      grpc_h2.frame(grpc_h2.DATA, 0, sid, struct.pack(">BI", 0, 0xFFFFFFFF)))
+            link.flood(lambda: grpc_h2.frame(grpc_h2.DATA, 0, sid, bytes(16384)))
+        sid = link.until(grpc_h2.DATA, grpc_h2.END_STREAM)[2]
+        h2_peer.answer(link, sid, PB.ListContainersResponse().SerializeToString())
+        link.until(255)
+
+    server = h2_peer.Server(str(tmp_path / "cri.sock"), behave)
+    runtime = cri_grpc.CRIRuntime("unix://" + str(tmp_path / "cri.sock"), timeout=2.0)
+    try:
+        with pytest.raises(ContainerRuntimeError, match="code = Unknown"):
+            runtime.list_containers()
+        with pytest.raises(ContainerRuntimeError, match="code = RESOURCE_EXHAUSTED desc = grpc: received message larger"):
+            runtime.inspect("a" * 64)
+        assert runtime.list_containers() == []
+    finally:
+        runtime.close()
+        server.close()

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import signal
+import struct
 
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import RuntimeUnavailableError, StateError
@@ -197,3 +198,27 @@ def test_a_cgroup_event_starts_a_pass_at_once_and_created_containers_are_followe
     loop.run()
     assert clock.waits == [10.0, 0.02, 0.02, 10.0]  # woken at once, then followed while it was created
     assert loop.woken == 1 and node.passes == 5
+
+
+def test_any_failure_of_a_pass_is_a_log_line_and_a_metric_never_the_agents_end(tmp_path):
+    """A runtime's bytes can make any exception (issue 23: ``ValueError`` from a grpc-status of "²" ended the agent):
+    the pass fails, the agent logs it with its type, counts it, backs off and goes on."""
+    node, clock = Node(), Clock()
+    raised = [ValueError("invalid literal for int() with base 10: '²'"), UnicodeDecodeError("utf-8", b"\xff", 0, 1, "x"),
+              struct.error("unpack requires a buffer of 4 bytes")]
+    real = node.reconcile
+
+    def hostile(apply=True):
+        if raised:
+            raise raised.pop(0)
+        return real(apply)
+
+    node.reconcile = hostile
+    loop, log = agent(node, clock, tmp_path, max_passes=4)
+    assert loop.run() == 0 and loop.failures == 3 and loop.passes == 4
+    errors = [e["msg"] for e in events(log) if e["level"] == "error"]
+    assert errors[0] == "the pass failed: ValueError: invalid literal for int() with base 10: '²'"
+    assert errors[1].startswith("the pass failed: UnicodeDecodeError") and errors[2].startswith("the pass failed: error")
+    text = (tmp_path / "kubecpu.prom").read_text()
+    assert 'kubecpu_peer_errors_total{kind="pass",peer="fake"} 3' in text
+    assert 'kubecpu_reconcile_passes_total{result="success"} 1' in text

@@ -142,3 +142,121 @@ def test_an_in_place_resize_up_down_and_below_the_baseline(plugin):
     code, text, _payload = resize(plugin, "g", "app", 1000)
     assert code == 2 and text.startswith("resize refused: container ns/p-g/app asks for 1 CPUs and keeps 1,5")
     assert str(plugin.manager.read_state().get("g", "app")) == "1,5"
+
+
+# --- the plugin process against a hostile runtime (issue 23): every case ended the process or hung it before -------
+import os  # noqa: E402
+import signal  # noqa: E402
+import struct  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.wire import ttrpc  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import nri_peer  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))))
+
+
+@pytest.fixture
+def process(tmp_path):
+    """``bin/kubecpu nri`` connected to a scripted runtime, registered, configured and synchronized."""
+    runtime = nri_peer.Runtime(str(tmp_path / "nri.sock"))
+    topology = tmp_path / "topology.json"
+    topology.write_text(TOPO.to_json())
+    metrics = tmp_path / "metrics.prom"
+    log = open(tmp_path / "plugin.log", "w")
+    proc = subprocess.Popen([os.path.join(ROOT, "bin", "kubecpu"), "nri", "--socket", runtime.path, "--topology",
+                             str(topology), "--state", str(tmp_path / "state"), "--num-reserved", "1",
+                             "--cgroup-root", str(tmp_path / "cgroup"), "--kubelet-state", str(tmp_path / "none"),
+                             "--metrics-path", str(metrics)],
+                            env=dict(os.environ, KUBECPU_PYTHON=sys.executable), stdout=subprocess.DEVNULL, stderr=log)
+    runtime.accept()
+    runtime.metrics, runtime.log_path = metrics, tmp_path / "plugin.log"
+    yield proc, runtime
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)
+    log.close()
+    runtime.close()
+
+
+def alive_and_answering(proc, runtime, uid="after"):
+    """The process runs, and a valid CreateContainer on the current connection gets its exclusive CPU."""
+    assert proc.poll() is None
+    reply = runtime.ask("CreateContainer", PB.CreateContainerRequest(pod=pod(uid), container=container(uid, "c", 1000)))
+    assert reply.status.code == 0, reply.status.message
+    assert PB.CreateContainerResponse.FromString(reply.payload).adjust.linux.resources.cpu.cpus not in ("", "0")
+
+
+def peer_errors(runtime, kind):
+    text = runtime.metrics.read_text() if runtime.metrics.exists() else ""
+    line = 'kubecpu_peer_errors_total{kind="%s",peer="nri"} ' % kind
+    return sum(int(row[len(line):]) for row in text.splitlines() if row.startswith(line))
+
+
+@pytest.mark.parametrize("cut", ["payload", "non-utf8"])
+def test_a_bad_payload_is_that_requests_invalid_argument(process, cut):
+    proc, runtime = process
+    good = PB.CreateContainerRequest(pod=pod("p1"), container=container("p1", "c", 1000)).SerializeToString()
+    raw = good[:len(good) // 2] if cut == "payload" else \
+        good.replace(b"p-p1", b"p-\xff\xfe")  # the pod's name: a string field holding non-UTF-8 bytes
+    reply = runtime.ask("CreateContainer", None, raw=raw)
+    assert reply.status.code == ttrpc.INVALID_ARGUMENT and "cannot read this CreateContainer request" in \
+        reply.status.message
+    assert peer_errors(runtime, "payload") == 1
+    alive_and_answering(proc, runtime)
+    assert runtime.connections == 1  # the same connection serves on
+
+
+@pytest.mark.parametrize("bad", ["truncated envelope", "4 GiB frame", "4 GiB message"])
+def test_a_broken_frame_or_envelope_ends_the_connection_not_the_plugin(process, bad):
+    proc, runtime = process
+    envelope = nri_peer.request("CreateContainer", b"")
+    if bad == "truncated envelope":  # a whole ttrpc message whose envelope is cut: the payload runs past its end
+        runtime.send(1, nri_peer.message(99, ttrpc.REQUEST, envelope[:len(envelope) - 3]))
+    elif bad == "4 GiB frame":
+        runtime.conn.sendall(struct.pack(">II", 1, 0xFFFFFFFF) + b"\0" * 64)
+    else:
+        runtime.send(1, struct.pack(">IIBB", 0xFFFFFFF0, 99, ttrpc.REQUEST, 0))
+    before = nri_peer.rss_kib(proc.pid)
+    runtime.accept()  # the plugin dropped that connection and came back
+    assert nri_peer.rss_kib(proc.pid) - before < 20000  # nothing of the announced size was allocated
+    alive_and_answering(proc, runtime)
+    assert runtime.connections == 2
+
+
+def test_half_a_frame_header_then_silence_ends_that_connection_and_sigterm_ends_the_plugin_at_once(process):
+    proc, runtime = process
+    runtime.conn.sendall(struct.pack(">II", 1, 100)[:5])  # five of the eight bytes, then nothing
+    time.sleep(0.5)  # the plugin is now inside the frame, waiting for the rest
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=5) == 0 and time.monotonic() - started < 1.0
+
+
+def test_half_a_frame_then_silence_is_given_up_after_the_frame_timeout(process):
+    proc, runtime = process
+    runtime.conn.sendall(struct.pack(">II", 1, 100) + b"x" * 10)  # 10 of the 100 bytes it announced
+    started = time.monotonic()
+    runtime.accept(timeout=ttrpc.FRAME_TIMEOUT + 5)
+    assert ttrpc.FRAME_TIMEOUT - 0.5 < time.monotonic() - started < ttrpc.FRAME_TIMEOUT + 3
+    alive_and_answering(proc, runtime)
+
+
+def test_messages_for_nobody_are_dropped_and_do_not_slow_the_next_requests(process):
+    """Responses to calls the plugin never made, requests on the runtime's connection, frames on a connection the
+    plugin does not use: dropped as they come. Before, each stayed in an inbox scanned on every serve."""
+    proc, runtime = process
+    stray = nri_peer.message(7, ttrpc.RESPONSE, ttrpc.schema().Response(payload=b"x" * 100).SerializeToString())
+    junk = (nri_peer.frame(1, stray) + nri_peer.frame(2, stray)
+            + nri_peer.frame(2, nri_peer.message(9, ttrpc.REQUEST, nri_peer.request("Nobody", b"")))
+            + nri_peer.frame(5, b"z" * 50))
+    timings = []
+    for round_ in range(4):
+        runtime.conn.sendall(junk * 5000)
+        started = time.monotonic()
+        alive_and_answering(proc, runtime, uid="r%d" % round_)
+        timings.append(time.monotonic() - started)
+    assert max(timings[1:]) < 3 * timings[0] + 0.5, timings  # flat, not growing with the junk behind it

@@ -15,6 +15,7 @@ import grpc
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import RpcStatus
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.wire import grpc_h2, hpack
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import h2_peer
 
 SERVICE = "test.Echo"
 
@@ -110,7 +111,7 @@ def test_a_restarted_server_is_reached_again_by_the_next_call(server, connection
     assert connection.unary("/test.Echo/Echo", b"before", 2.0) == b"echo before"
     server.stop()
     server.start()
-    assert connection.unary("/test.Echo/Echo", b"after", 2.0) == b"echo after"
+    assert connection.unary("/test.Echo/Echo", b"after", 2.0, idempotent=True) == b"echo after"
 
 
 def test_no_server_is_unavailable_and_names_the_socket(tmp_path):
@@ -157,62 +158,15 @@ def test_endpoints_that_are_neither_are_unavailable(endpoint):
         grpc_h2.address(endpoint)
 
 
-# A scripted HTTP/2 peer: it reads the client's preface, SETTINGS and one call, then sends the frames it is given.
-def _headers(stream, fields, flags=grpc_h2.END_HEADERS):
-    return grpc_h2.frame(grpc_h2.HEADERS, flags, stream, hpack.encode(fields))
+# A scripted HTTP/2 peer: after the prefaces it reads one call, then sends the frames it is given (none: it closes).
+def _scripted(script):
+    def behave(link):
+        link.until(grpc_h2.DATA, grpc_h2.END_STREAM)
+        link.send(*script)
+        if script:
+            link.until(255)  # reads on until the client goes
 
-
-def _message(payload):
-    return struct.pack(">BI", 0, len(payload)) + payload
-
-
-OK_HEADERS = [(":status", "200"), ("content-type", "application/grpc")]
-TRAILERS = [("grpc-status", "0")]
-
-
-class Peer:
-    def __init__(self, path, script):
-        self.listener = socket.socket(socket.AF_UNIX)
-        self.listener.bind(path)
-        self.listener.listen(1)
-        self.script = script
-        self.received = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _read(self, conn, size):
-        data = b""
-        while len(data) < size:
-            chunk = conn.recv(size - len(data))
-            if not chunk:
-                raise EOFError
-            data += chunk
-        return data
-
-    def _frame(self, conn):
-        head = self._read(conn, 9)
-        payload = self._read(conn, int.from_bytes(head[:3], "big"))
-        self.received.append((head[3], head[4], payload))
-        return head[3], head[4]
-
-    def _serve(self):
-        conn, _address = self.listener.accept()
-        with conn:
-            assert self._read(conn, len(grpc_h2.PREFACE)) == grpc_h2.PREFACE
-            while self._frame(conn) != (grpc_h2.DATA, grpc_h2.END_STREAM):
-                pass
-            conn.sendall(b"".join(self.script))
-            if not self.script:
-                return  # no answer at all: the connection closes
-            try:
-                while True:
-                    self._frame(conn)
-            except (EOFError, OSError):
-                pass
-
-    def close(self):
-        self.listener.close()
-        self.thread.join(timeout=2)
+    return behave
 
 
 @pytest.fixture
@@ -221,7 +175,7 @@ def peer(tmp_path):
 
     def start(*script):
         path = str(tmp_path / ("peer%d.sock" % len(made)))
-        made.append((Peer(path, script), grpc_h2.Connection(path)))
+        made.append((h2_peer.Server(path, _scripted(script)), grpc_h2.Connection(path)))
         return made[-1][1], made[-1][0]
 
     yield start
@@ -231,21 +185,27 @@ def peer(tmp_path):
 
 
 def test_settings_and_pings_are_acknowledged_and_padding_and_continuations_read(peer):
-    block = hpack.encode(OK_HEADERS)
-    padded = bytes([3]) + _message(b"hello") + b"\0\0\0"
+    block = hpack.encode(h2_peer.OK_HEADERS)
+    padded = bytes([3]) + h2_peer.message(b"hello") + b"\0\0\0"
     conn, server = peer(
         grpc_h2.frame(grpc_h2.SETTINGS, 0, 0, struct.pack(">HI", grpc_h2.SETTINGS_MAX_FRAME_SIZE, 32768)),
         grpc_h2.frame(grpc_h2.PING, 0, 0, b"12345678"),
         grpc_h2.frame(grpc_h2.HEADERS, 0, 1, block[:5]),
         grpc_h2.frame(grpc_h2.CONTINUATION, grpc_h2.END_HEADERS, 1, block[5:]),
         grpc_h2.frame(grpc_h2.DATA, grpc_h2.PADDED, 1, padded),
-        _headers(1, TRAILERS, grpc_h2.END_HEADERS | grpc_h2.END_STREAM))
+        h2_peer.headers(1, h2_peer.TRAILERS, grpc_h2.END_HEADERS | grpc_h2.END_STREAM))
     assert conn.unary("/x/Y", b"", 2.0) == b"hello"
     assert conn.max_frame == 32768
     conn.close()
-    server.thread.join(timeout=2)
-    acks = [(kind, payload) for kind, flags, payload in server.received if flags & grpc_h2.ACK and kind != grpc_h2.DATA]
-    assert acks == [(grpc_h2.SETTINGS, b""), (grpc_h2.PING, b"12345678")]
+
+    def acks():
+        return [(kind, payload) for kind, flags, _sid, payload in list(server.links[0].frames)
+                if flags & grpc_h2.ACK and kind != grpc_h2.DATA]
+
+    deadline = time.monotonic() + 5
+    while len(acks()) < 3 and time.monotonic() < deadline:  # the server reads what the client sent to the end
+        time.sleep(0.01)
+    assert acks() == [(grpc_h2.SETTINGS, b""), (grpc_h2.SETTINGS, b""), (grpc_h2.PING, b"12345678")]  # preface's too
 
 
 @pytest.mark.parametrize("script, code, details", [
@@ -253,16 +213,16 @@ def test_settings_and_pings_are_acknowledged_and_padding_and_continuations_read(
     ([grpc_h2.frame(grpc_h2.RST_STREAM, 0, 1, struct.pack(">I", 0x7))], "UNAVAILABLE", "HTTP/2 error 7"),
     ([grpc_h2.frame(grpc_h2.RST_STREAM, 0, 1, struct.pack(">I", 0x8))], "CANCELLED", "HTTP/2 error 8"),
     ([grpc_h2.frame(grpc_h2.RST_STREAM, 0, 1, struct.pack(">I", 0x2))], "INTERNAL", "HTTP/2 error 2"),
-    ([_headers(1, [(":status", "503")], grpc_h2.END_HEADERS | grpc_h2.END_STREAM)], "UNAVAILABLE",
+    ([h2_peer.headers(1, [(":status", "503")], grpc_h2.END_HEADERS | grpc_h2.END_STREAM)], "UNAVAILABLE",
      "unexpected HTTP status code 503"),
-    ([_headers(1, OK_HEADERS, grpc_h2.END_HEADERS | grpc_h2.END_STREAM)], "INTERNAL", "no grpc-status"),
-    ([_headers(1, OK_HEADERS), grpc_h2.frame(grpc_h2.DATA, grpc_h2.END_STREAM, 1, _message(b"x"))], "INTERNAL",
+    ([h2_peer.headers(1, h2_peer.OK_HEADERS, grpc_h2.END_HEADERS | grpc_h2.END_STREAM)], "INTERNAL", "no grpc-status"),
+    ([h2_peer.headers(1, h2_peer.OK_HEADERS), grpc_h2.frame(grpc_h2.DATA, grpc_h2.END_STREAM, 1, h2_peer.message(b"x"))], "INTERNAL",
      "without trailers"),
-    ([_headers(1, OK_HEADERS), grpc_h2.frame(grpc_h2.DATA, 0, 1, b"\x01" + _message(b"x")[1:])], "INTERNAL",
+    ([h2_peer.headers(1, h2_peer.OK_HEADERS), grpc_h2.frame(grpc_h2.DATA, 0, 1, b"\x01" + h2_peer.message(b"x")[1:])], "INTERNAL",
      "compressed"),
-    ([_headers(1, OK_HEADERS), grpc_h2.frame(grpc_h2.DATA, 0, 1, _message(b"xyz")[:6]),
-      _headers(1, TRAILERS, grpc_h2.END_HEADERS | grpc_h2.END_STREAM)], "INTERNAL", "inside a message"),
-    ([_headers(1, OK_HEADERS), _headers(1, [("grpc-status", "99"), ("grpc-message", "odd%20one")],
+    ([h2_peer.headers(1, h2_peer.OK_HEADERS), grpc_h2.frame(grpc_h2.DATA, 0, 1, h2_peer.message(b"xyz")[:6]),
+      h2_peer.headers(1, h2_peer.TRAILERS, grpc_h2.END_HEADERS | grpc_h2.END_STREAM)], "INTERNAL", "inside a message"),
+    ([h2_peer.headers(1, h2_peer.OK_HEADERS), h2_peer.headers(1, [("grpc-status", "99"), ("grpc-message", "odd%20one")],
                                         grpc_h2.END_HEADERS | grpc_h2.END_STREAM)], "UNKNOWN", "odd one"),
     ([grpc_h2.frame(grpc_h2.PUSH_PROMISE, 0, 1, b"\0\0\0\2")], "INTERNAL", "unexpected frame type 5"),
     ([], "UNAVAILABLE", "closed the connection"),
@@ -272,3 +232,241 @@ def test_what_a_server_may_send_becomes_grpcs_status(peer, script, code, details
     with pytest.raises(RpcStatus) as raised:
         list(conn.stream("/x/Y", b"", 2.0))
     assert raised.value.code == code and details in raised.value.details
+
+
+# --- a hostile server (issue 23): each case failed before the limits and checks it now meets ---------------------
+@pytest.fixture
+def hostile(tmp_path):
+    made = []
+
+    def start(behave, settings=b""):
+        path = str(tmp_path / ("hostile%d.sock" % len(made)))
+        made.append((h2_peer.Server(path, behave, settings), grpc_h2.Connection(path)))
+        return made[-1][1], made[-1][0]
+
+    yield start
+    for server, conn in made:
+        conn.close()
+        server.close()
+
+
+@pytest.mark.parametrize("timeout", [2.0, None])  # a call and the event stream (no deadline)
+def test_a_length_prefix_over_the_maximum_is_refused_before_its_bytes(hostile, timeout):
+    def behave(link):
+        _sid = link.until(grpc_h2.DATA, grpc_h2.END_STREAM)[2]
+        link.send(h2_peer.headers(1, h2_peer.OK_HEADERS), grpc_h2.frame(grpc_h2.DATA, 0, 1, struct.pack(">BI", 0, 0xFFFFFFFF)))
+        link.flood(lambda: grpc_h2.frame(grpc_h2.DATA, 0, 1, bytes(16384)))  # the 4 GiB it announced
+
+    conn, server = hostile(behave)
+    started = time.monotonic()
+    with pytest.raises(RpcStatus) as raised:
+        list(conn.stream("/x/Y", b"", timeout))
+    assert raised.value.code == "RESOURCE_EXHAUSTED" and "larger than max (4294967295 vs. 4194304)" in \
+        raised.value.details
+    assert time.monotonic() - started < 1.0 and conn.sock is None  # at once, and the connection dropped
+    server.close()
+    assert server.links[0].sent < 8 << 20  # the flood stopped at the socket buffers: nothing read or kept
+
+
+def test_a_continuation_flood_ends_at_the_header_block_limit(hostile):
+    def behave(link):
+        link.until(grpc_h2.DATA, grpc_h2.END_STREAM)
+        link.send(grpc_h2.frame(grpc_h2.HEADERS, 0, 1, hpack.encode(h2_peer.OK_HEADERS)))
+        link.flood(lambda: grpc_h2.frame(grpc_h2.CONTINUATION, 0, 1, b"\x00\x01a\x01b" * 3000))
+
+    conn, server = hostile(behave)
+    started = time.monotonic()
+    with pytest.raises(RpcStatus) as raised:
+        conn.unary("/x/Y", b"", 10.0)
+    assert raised.value.code == "INTERNAL" and "a header block over 65536 bytes" in raised.value.details
+    assert time.monotonic() - started < 1.0
+    server.close()
+    assert server.links[0].sent < 8 << 20
+
+
+@pytest.mark.parametrize("status", ["²", "１", "-1", "1e3", "", "0x1", "99999999999999999999"])
+def test_a_grpc_status_that_is_not_a_number_is_unknown(hostile, status):
+    def behave(link):
+        link.until(grpc_h2.DATA, grpc_h2.END_STREAM)
+        link.send(h2_peer.headers(1, h2_peer.OK_HEADERS), h2_peer.headers(1, [("grpc-status", status), ("grpc-message", "%zz%ff")],
+                                                    grpc_h2.END_HEADERS | grpc_h2.END_STREAM))
+        link.until(255)  # read until the client goes
+
+    conn, _server = hostile(behave)
+    with pytest.raises(RpcStatus) as raised:
+        conn.unary("/x/Y", b"", 2.0)
+    assert raised.value.code == "UNKNOWN" and raised.value.details == "%zz\ufffd"
+
+
+def _credit_server(step, lowered=None):
+    """A server that grants flow control ``step`` bytes at a time and records whether the client ever sent more than
+    it was granted (RFC 9113 6.9). With ``lowered``, it lowers SETTINGS_INITIAL_WINDOW_SIZE to that after the first
+    call. Each call is answered with the request echoed."""
+    violations = []
+
+    def behave(link):
+        window = {"conn": grpc_h2.DEFAULT_WINDOW}
+        initial = 0
+        for call in (1, 3):
+            kind, _flags, sid, _payload = link.until(grpc_h2.HEADERS)
+            window[sid], body = initial, b""
+            while True:
+                if window[sid] <= 0:
+                    link.send(grpc_h2.frame(grpc_h2.WINDOW_UPDATE, 0, sid, struct.pack(">I", step)))
+                    window[sid] += step
+                kind, flags, got_sid, payload = link.frame()
+                if kind != grpc_h2.DATA:
+                    continue
+                window[sid] -= len(payload)
+                window["conn"] -= len(payload)
+                if window[sid] < 0 or window["conn"] < 0:
+                    violations.append((sid, window[sid], window["conn"]))
+                body += payload
+                if flags & grpc_h2.END_STREAM:
+                    break
+            link.send(grpc_h2.frame(grpc_h2.WINDOW_UPDATE, 0, 0, struct.pack(">I", len(body))))
+            window["conn"] += len(body)
+            h2_peer.answer(link, sid, body[5:])
+            if call == 1 and lowered is not None:
+                link.send(grpc_h2.frame(grpc_h2.SETTINGS, 0, 0, struct.pack(">HI", grpc_h2.SETTINGS_INITIAL_WINDOW_SIZE,
+                                                                            lowered)))
+                initial = lowered
+        link.until(255)
+
+    return behave, violations
+
+
+@pytest.mark.parametrize("lowered", [None, 7])
+def test_the_client_sends_only_what_the_server_grants(hostile, lowered):
+    behave, violations = _credit_server(10, lowered)
+    settings = struct.pack(">HI", grpc_h2.SETTINGS_INITIAL_WINDOW_SIZE, 0)  # no window at all until a WINDOW_UPDATE
+    conn, _server = hostile(behave, settings)
+    assert conn.unary("/x/Y", b"a" * 95, 5.0) == b"a" * 95
+    assert conn.unary("/x/Y", b"b" * 40, 5.0) == b"b" * 40
+    assert violations == []
+
+
+def test_against_an_h2_server_with_a_small_window_and_a_request_larger_than_it(tmp_path):
+    """The h2 package (an independent HTTP/2 implementation, strict on flow control) as the server: its window is
+    100 bytes and it gives credit back as it reads; a 200,000-byte request and its echo go through."""
+    h2_connection = pytest.importorskip("h2.connection")
+    h2_config, h2_events = pytest.importorskip("h2.config"), pytest.importorskip("h2.events")
+    h2_settings = pytest.importorskip("h2.settings")
+    path = str(tmp_path / "h2.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen(1)
+    errors = []
+
+    def serve():
+        conn, _address = listener.accept()
+        h2 = h2_connection.H2Connection(config=h2_config.H2Configuration(client_side=False))
+        h2.local_settings = h2_settings.Settings(client=False, initial_values={
+            h2_settings.SettingCodes.INITIAL_WINDOW_SIZE: 100})
+        h2.initiate_connection()
+        conn.sendall(h2.data_to_send())
+        bodies = {}
+        try:
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                for event in h2.receive_data(data):
+                    if isinstance(event, h2_events.DataReceived):
+                        bodies[event.stream_id] = bodies.get(event.stream_id, b"") + event.data
+                        h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                    elif isinstance(event, h2_events.StreamEnded):
+                        body = bodies.pop(event.stream_id)
+                        h2.send_headers(event.stream_id, h2_peer.OK_HEADERS)
+                        for at in range(0, len(body), h2.max_outbound_frame_size):  # our window is 16 MiB
+                            h2.send_data(event.stream_id, body[at:at + h2.max_outbound_frame_size])
+                        h2.send_headers(event.stream_id, h2_peer.TRAILERS, end_stream=True)
+                conn.sendall(h2.data_to_send())
+        except Exception as exc:  # a flow-control violation, say: the test reads it
+            errors.append(exc)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client = grpc_h2.Connection(path)
+    try:
+        assert client.unary("/x/Y", b"z" * 200000, 10.0) == b"z" * 200000
+        assert client.unary("/x/Y", b"small", 10.0) == b"small"
+    finally:
+        client.close()
+        listener.close()
+        thread.join(timeout=5)
+    assert errors == []
+
+
+def _goaway_server(last):
+    """Answers the first call; on the second, a GOAWAY saying ``last`` was the last stream it processes, then it
+    closes. A later connection answers every call."""
+    connections = []
+
+    def behave(link):
+        connections.append(link)
+        sid = link.until(grpc_h2.DATA, grpc_h2.END_STREAM)[2]
+        if len(connections) == 1:
+            h2_peer.answer(link, sid, b"first")
+            link.until(grpc_h2.DATA, grpc_h2.END_STREAM)
+            link.send(grpc_h2.frame(grpc_h2.GOAWAY, 0, 0, struct.pack(">II", last, 0)))
+            return
+        h2_peer.answer(link, sid, b"again")
+        link.until(255)
+
+    return behave
+
+
+@pytest.mark.parametrize("last, idempotent, sent_again", [
+    (3, False, False),  # the GOAWAY covers the call: it may have run; sent once
+    (3, True, True),  # ... unless the caller says a second one does no harm
+    (1, False, True),  # the GOAWAY is below it: never processed, always safe to send again
+])
+def test_after_a_goaway_a_call_is_sent_again_only_when_that_cannot_do_it_twice(hostile, last, idempotent,
+                                                                               sent_again):
+    conn, server = hostile(_goaway_server(last))
+    assert conn.unary("/x/Y", b"", 2.0) == b"first"
+    if sent_again:
+        assert conn.unary("/x/Y", b"", 2.0, idempotent=idempotent) == b"again"
+    else:
+        with pytest.raises(RpcStatus) as raised:
+            conn.unary("/x/Y", b"", 2.0, idempotent=idempotent)
+        assert raised.value.code == "UNAVAILABLE"
+    server.close()
+    assert len(server.links) == (2 if sent_again else 1)
+
+
+def test_a_silent_server_ends_a_stream_without_deadline_at_the_keepalive(hostile, monkeypatch):
+    monkeypatch.setattr(grpc_h2, "KEEPALIVE", 0.2)
+    monkeypatch.setattr(grpc_h2, "KEEPALIVE_TIMEOUT", 0.3)
+    pings = []
+
+    def silent(link):
+        link.until(grpc_h2.DATA, grpc_h2.END_STREAM)
+        link.send(h2_peer.headers(1, h2_peer.OK_HEADERS))
+        pings.append(link.until(grpc_h2.PING))  # and never an ACK
+        link.until(255)
+
+    conn, _server = hostile(silent)
+    started = time.monotonic()
+    with pytest.raises(RpcStatus) as raised:
+        list(conn.stream("/x/Y", b""))
+    assert raised.value.code == "UNAVAILABLE" and "keepalive PING" in raised.value.details
+    assert 0.4 < time.monotonic() - started < 2.0 and len(pings) == 1
+
+
+def test_a_server_that_answers_the_keepalive_keeps_the_stream(hostile, monkeypatch):
+    monkeypatch.setattr(grpc_h2, "KEEPALIVE", 0.1)
+    monkeypatch.setattr(grpc_h2, "KEEPALIVE_TIMEOUT", 0.5)
+
+    def alive(link):
+        link.until(grpc_h2.DATA, grpc_h2.END_STREAM)
+        link.send(h2_peer.headers(1, h2_peer.OK_HEADERS))
+        for _n in range(3):
+            ping = link.until(grpc_h2.PING)
+            link.send(grpc_h2.frame(grpc_h2.PING, grpc_h2.ACK, 0, ping[3]))
+        h2_peer.answer(link, 1, b"late event")
+        link.until(255)
+
+    conn, _server = hostile(alive)
+    assert list(conn.stream("/x/Y", b"")) == [b"late event"]

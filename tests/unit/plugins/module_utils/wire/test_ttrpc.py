@@ -5,6 +5,7 @@ over frames, and a late answer not sent at all."""
 from __future__ import annotations
 
 import socket
+import threading
 import struct
 import time
 
@@ -122,3 +123,50 @@ def test_the_runtime_going_away_is_unavailable(pair, tmp_path):
         channel.serve(lambda *a: None, timeout=1)
     with pytest.raises(RuntimeUnavailableError, match="cannot connect to the NRI socket"):
         ttrpc.Channel.connect(str(tmp_path / "none.sock"), 1.0)
+
+
+# --- a hostile runtime (issue 23) --------------------------------------------------------------------------------
+def test_a_frame_over_the_limit_breaks_the_connection_before_it_is_read(pair):
+    channel, runtime = pair
+    runtime.sendall(struct.pack(">II", 1, 0xFFFFFFFF) + b"\0" * 1024)
+    started = time.monotonic()
+    with pytest.raises(ttrpc.ConnectionBroken, match="NRI frame of 4294967295 bytes over the limit of 4194314"):
+        channel.serve(lambda *a: None, timeout=1)
+    assert time.monotonic() - started < 0.5
+
+
+def test_a_frame_that_stops_half_way_breaks_the_connection_after_the_frame_timeout(pair, monkeypatch):
+    monkeypatch.setattr(ttrpc, "FRAME_TIMEOUT", 0.3)
+    channel, runtime = pair
+    runtime.sendall(struct.pack(">II", 1, 100)[:5])
+    started = time.monotonic()
+    with pytest.raises(ttrpc.ConnectionBroken, match=r"sent 5 of the 8 bytes and nothing more for 0\.3s"):
+        channel.serve(lambda *a: None, timeout=1)
+    assert 0.25 < time.monotonic() - started < 1.0
+
+
+def test_closing_from_a_signal_handler_ends_any_wait_within_the_poll(pair):
+    channel, _runtime = pair
+    threading.Timer(0.1, lambda: setattr(channel, "closed", True)).start()  # what the plugin's SIGTERM handler does
+    started = time.monotonic()
+    with pytest.raises(RuntimeUnavailableError, match="closed"):
+        channel.serve(lambda *a: None, timeout=None)  # would wait for ever
+    assert time.monotonic() - started < 0.1 + ttrpc.POLL + 0.1
+
+
+def test_a_request_envelope_that_is_not_one_breaks_the_connection(pair):
+    channel, runtime = pair
+    runtime.sendall(frame(1, 1, 1, request("Configure", b"\x0a\x05abc")[:-4]))
+    with pytest.raises(ttrpc.ConnectionBroken, match="envelope that is not one"):
+        channel.serve(lambda *a: (0, "", b""), timeout=1)
+
+
+def test_messages_nobody_waits_for_are_dropped_as_they_come(pair):
+    channel, runtime = pair
+    stray = frame(1, 5, 2, b"") + frame(2, 7, 2, b"") + frame(2, 9, 1, request("X")) + struct.pack(">II", 9, 3) + b"abc"
+    runtime.sendall(stray * 1000 + frame(1, 11, 1, request("Real")))
+    served = []
+    while not served:
+        channel.serve(lambda s, method, p, d: served.append(method) or (0, "", b""), timeout=2)
+    assert served == ["Real"] and channel.dropped == 4000
+    assert not channel.requests and channel.responses == {} and channel.waiting == set()
