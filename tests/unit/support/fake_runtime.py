@@ -9,10 +9,10 @@ import os
 from typing import Dict, List, Optional
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (ContainerNotFoundError,
-                                                                                 RuntimeUnavailableError)
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.model import (EXITED, RUNNING, ContainerInfo,
-                                                                                  ListedContainer, RuntimeBase)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (
+    ContainerNotFoundError, RuntimeUnavailableError)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.model import (
+    EXITED, RUNNING, ContainerInfo, ListedContainer, RuntimeBase)
 
 from .cri_units import milli_to_quota, milli_to_shares
 

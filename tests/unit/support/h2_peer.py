@@ -97,7 +97,6 @@ class Link:
             self.send(make())
 
 
-
 def answer(link, stream, *messages):
     link.send(headers(stream, OK_HEADERS), *[grpc_h2.frame(grpc_h2.DATA, 0, stream, message(m)) for m in messages],
               headers(stream, TRAILERS, grpc_h2.END_HEADERS | grpc_h2.END_STREAM))

@@ -100,8 +100,8 @@ def test_no_cycle_between_modules():
 
     def visit(node):
         if node in active:
-            raise AssertionError("import cycle: %s" % " -> ".join("/".join(filter(None, n)) for n in
-                                                                   active[active.index(node):] + [node]))
+            cycle = active[active.index(node):] + [node]
+            raise AssertionError("import cycle: %s" % " -> ".join("/".join(filter(None, n)) for n in cycle))
         if node in done:
             return
         active.append(node)

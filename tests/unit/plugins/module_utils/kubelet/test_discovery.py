@@ -150,5 +150,3 @@ def test_numa_distances_come_from_the_node_directories(tmp_path):
 def test_numa_distances_absent_without_distance_files(tmp_path):
     topo = discover_sysfs(build(str(tmp_path), machine(1, 2, 1)))
     assert topo.numa_distances is None and "numa_distances" not in topo.to_dict()
-
-

@@ -222,8 +222,9 @@ def test_settings_and_pings_are_acknowledged_and_padding_and_continuations_read(
      "compressed"),
     ([h2_peer.headers(1, h2_peer.OK_HEADERS), grpc_h2.frame(grpc_h2.DATA, 0, 1, h2_peer.message(b"xyz")[:6]),
       h2_peer.headers(1, h2_peer.TRAILERS, grpc_h2.END_HEADERS | grpc_h2.END_STREAM)], "INTERNAL", "inside a message"),
-    ([h2_peer.headers(1, h2_peer.OK_HEADERS), h2_peer.headers(1, [("grpc-status", "99"), ("grpc-message", "odd%20one")],
-                                        grpc_h2.END_HEADERS | grpc_h2.END_STREAM)], "UNKNOWN", "odd one"),
+    ([h2_peer.headers(1, h2_peer.OK_HEADERS),
+      h2_peer.headers(1, [("grpc-status", "99"), ("grpc-message", "odd%20one")], grpc_h2.END_HEADERS | grpc_h2.END_STREAM)],
+     "UNKNOWN", "odd one"),
     ([grpc_h2.frame(grpc_h2.PUSH_PROMISE, 0, 1, b"\0\0\0\2")], "INTERNAL", "unexpected frame type 5"),
     ([], "UNAVAILABLE", "closed the connection"),
 ])
@@ -288,8 +289,9 @@ def test_a_continuation_flood_ends_at_the_header_block_limit(hostile):
 def test_a_grpc_status_that_is_not_a_number_is_unknown(hostile, status):
     def behave(link):
         link.until(grpc_h2.DATA, grpc_h2.END_STREAM)
-        link.send(h2_peer.headers(1, h2_peer.OK_HEADERS), h2_peer.headers(1, [("grpc-status", status), ("grpc-message", "%zz%ff")],
-                                                    grpc_h2.END_HEADERS | grpc_h2.END_STREAM))
+        trailers = [("grpc-status", status), ("grpc-message", "%zz%ff")]
+        link.send(h2_peer.headers(1, h2_peer.OK_HEADERS),
+                  h2_peer.headers(1, trailers, grpc_h2.END_HEADERS | grpc_h2.END_STREAM))
         link.until(255)  # read until the client goes
 
     conn, _server = hostile(behave)
