@@ -10,7 +10,6 @@ container map, then the policy name and the CPU sets checked.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import struct
@@ -240,15 +239,11 @@ def restored_state(policy: str, default: str, entries: Mapping[str, Any], policy
     for pod in sorted(entries):
         for name, cpus in sorted((entries[pod] or {}).items()):
             try:
-                state.set(pod, name, _parse_cpus(cpus))
+                state.set(pod, name, CPUSet.parse(cpus))  # the same text: the same set, parsed once
             except CPUSetError as exc:
                 raise RestoreFailure('could not parse cpuset "%s" for container "%s" in pod "%s": %s'
                                      % (cpus, name, pod, exc.detail)) from None
     return state
-
-
-# CPUSet is immutable: the sets of a file read again are shared, not parsed again.
-_parse_cpus = functools.lru_cache(maxsize=4096)(CPUSet.parse)
 
 
 def empty_file(policy_name: str) -> bytes:

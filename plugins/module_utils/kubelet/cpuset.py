@@ -8,6 +8,7 @@ addition: CPU ids above ``MAX_CPU_ID`` are refused instead of building enormous 
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import AbstractSet, FrozenSet, Iterable, Iterator, List, Optional, Tuple, Union
 
@@ -52,9 +53,15 @@ class CPUSet:
     # --- construction -------------------------------------------------------------------------
     @classmethod
     def parse(cls, text: str) -> CPUSet:
-        """Parse the Linux CPU-list syntax; "" is the empty set. Raises CPUSetError."""
+        """Parse the Linux CPU-list syntax; "" is the empty set. Raises CPUSetError. Sets are immutable, so the same
+        text gives the same set (its canonical text formatted once): a pass that reads one shared pool back for 250
+        containers parses and formats it once."""
         if not isinstance(text, str):
             raise CPUSetError(repr(text), "a CPU list must be a string")
+        return _parse(text) if cls is CPUSet else cls._parse_new(text)
+
+    @classmethod
+    def _parse_new(cls, text: str) -> CPUSet:
         if text == "":
             return EMPTY
         result = set()
@@ -206,3 +213,6 @@ def _members(other: CPUSetLike) -> AbstractSet[int]:
 
 
 EMPTY = CPUSet._trusted(())
+
+
+_parse = functools.lru_cache(maxsize=4096)(CPUSet._parse_new)

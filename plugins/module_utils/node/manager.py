@@ -28,7 +28,7 @@ from .plan import Action, Plan
 from .pod_views import Pair, PodView, allocation_target, build_views, find_container
 from .resize import BaselineFile, baselines_path, resize_running, sync_baselines
 from .state_store import StateStore
-from .targets import CgroupTargets
+from .targets import CgroupTargets, Scope
 
 
 class NodeManager:
@@ -119,11 +119,11 @@ class NodeManager:
                     plan.actions.append(Action("allocate", listed.id, listed.pod_ref, view.uid, listed.name,
                                                str(result.cpus), why))
 
-    def _release_stale(self, plan: Plan, state: CPUState, views: Dict[str, PodView]) -> None:
+    def _release_stale(self, plan: Plan, state: CPUState, views: Dict[str, PodView], scope: Scope) -> None:
         """removeStaleState: entries of pods or containers the runtime no longer has."""
         for uid, name, cpus in list(state.assignments()):
             view = views.get(uid)
-            if view is not None and name in view.latest:
+            if (view is not None and name in view.latest) or (scope is not None and uid not in scope):
                 continue
             self.policy.remove_container(state, uid, name)
             why = "pod is gone" if view is None else "container is gone"
@@ -171,10 +171,10 @@ class NodeManager:
         return pairs
 
     @contextlib.contextmanager
-    def session(self, apply: bool, push: bool = True) -> Iterator[Tuple[CPUState, Plan, List[Pair]]]:
-        """Under the state lock: the validated state, a fresh plan and what the runtime shows; on the way out the
-        cgroup targets are planned, the state committed, the updates pushed, and the calls and time accounted.
-        The operations of the node (here, ``defrag.defrag_node``) change the state inside it."""
+    def session(self, apply: bool, push: bool = True,
+                scope: Scope = None) -> Iterator[Tuple[CPUState, Plan, List[Pair]]]:
+        """Under the lock: the validated state, a fresh plan and what the runtime shows; leaving, the cgroup targets
+        planned (``scope``), the state committed, the updates pushed. defrag_node changes the state in it."""
         started = time.monotonic()
         runtime = self._runtime()
         calls = dict(runtime.calls)
@@ -183,7 +183,7 @@ class NodeManager:
             pairs = self.observe(plan)
             yield state, plan, pairs
             if self.policy.name == STATIC:
-                self.cgroup_targets.plan(plan, state, pairs)
+                self.cgroup_targets.plan(plan, state, pairs, scope)
             self._commit(plan, state, apply)
             if apply and push:
                 self.cgroup_targets.apply(plan, runtime)
@@ -191,10 +191,12 @@ class NodeManager:
         plan.runtime_calls = {k: v - calls.get(k, 0) for k, v in runtime.calls.items() if v - calls.get(k, 0)}
         plan.seconds = time.monotonic() - started
 
-    def reconcile(self, apply: bool = True) -> Plan:
-        with self.session(apply) as (state, plan, pairs):
-            views = build_views(pairs)
-            self._release_stale(plan, state, views)
+    def reconcile(self, apply: bool = True, scope: Scope = None) -> Plan:
+        """A pass. ``scope``, when the caller knows what changed since its last pass (the NRI plugin): the pods decided
+        again; the others keep their CPUs and are updated only when the shared pool changes. None: every pod."""
+        with self.session(apply, scope=scope) as (state, plan, pairs):
+            views = build_views(pairs if scope is None else [pair for pair in pairs if pair[0].pod_uid in scope])
+            self._release_stale(plan, state, views, scope)
             resize_running(self.policy, plan, state, views, self.baselines.load())
             self.allocate_running(plan, state, views)
         return plan

@@ -7,6 +7,7 @@ Written atomically (``atomic_write``: a temporary file, then a rename) for node_
 
 from __future__ import annotations
 
+import collections
 import os
 import time
 from typing import Dict, List, Tuple
@@ -56,6 +57,9 @@ class Metrics:
             self.set("kubecpu_reconcile_last_success_timestamp_seconds", round(time.time(), 3))
         for call, count in dict(plan_doc.get("runtime_calls") or {}).items():  # type: ignore[call-overload]
             self.inc("kubecpu_runtime_calls_total", count, call=call)
+        followers = dict(plan_doc.get("counts") or {}).get("followers", 0)  # type: ignore[call-overload]
+        if followers:
+            self.inc("kubecpu_cpuset_updates_total", followers)
         for action in list(plan_doc.get("actions") or []):  # type: ignore[call-overload]
             kind = action.get("action")
             if kind == "allocate":
@@ -87,9 +91,9 @@ class Metrics:
         self.set("cpu_manager_shared_pool_size_millicores", len(state.default.difference(reserved)) * 1000)
         assigned = state.assigned()
         self.set("cpu_manager_exclusive_cpu_allocation_count", len(assigned))
+        per_node = collections.Counter(topo.loc.get(cpu, (0, 0, -1, 0))[2] for cpu in assigned)
         for node in sorted(topo.numa_cpus):
-            count = sum(1 for cpu in assigned if topo.loc.get(cpu, (0, 0, -1, 0))[2] == node)
-            self.set("cpu_manager_allocation_per_numa", count, numa_node=str(node))
+            self.set("cpu_manager_allocation_per_numa", per_node.get(node, 0), numa_node=str(node))
 
     def render(self) -> str:
         lines: List[str] = []

@@ -41,6 +41,8 @@ class Plan:
         self.skipped: List[Dict[str, str]] = []
         self.applied = False
         self.counts: Dict[str, int] = {}
+        # containers outside a scoped pass's pods that follow the shared pool to its new value (CgroupTargets.plan)
+        self.followers: List[str] = []
         self.runtime_calls: Dict[str, int] = {}
         self.seconds = 0.0
         self.result: Dict[str, Any] = {}
@@ -55,14 +57,16 @@ class Plan:
             entry.update(container_id=container.id, pod=container.pod_ref, container=container.name)
         self.errors.append(entry)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self, states: bool = True) -> Dict[str, Any]:
+        """Everything, or without the states before and after (``states=False``: what a log line and metrics need)."""
         counts = dict(self.counts)
         for action in ("allocate", "resize", "update", "release", "quota"):
             counts[action] = sum(1 for a in self.actions if a.action == action)
         counts["errors"] = len(self.errors)
         doc = {"changed": self.changed, "actions": [a.to_dict() for a in self.actions], "errors": self.errors,
                "skipped": self.skipped, "counts": counts, "runtime_calls": self.runtime_calls,
-               "applied": self.applied, "duration_seconds": round(self.seconds, 6),
-               "state_before": self.before.to_dict(), "state_after": self.after.to_dict()}
+               "applied": self.applied, "duration_seconds": round(self.seconds, 6)}
+        if states:
+            doc.update(state_before=self.before.to_dict(), state_after=self.after.to_dict())
         doc.update(self.result)
         return doc

@@ -41,9 +41,14 @@ class BaselineFile:
         self.path = path
         self._written: Optional[bytes] = None
         self._known: Optional[Tuple[Tuple[int, int, int], Baselines]] = None  # the file's stat and what it held
+        self.deferred = False  # saves wait for flush() (the NRI plugin writes them once its reply is sent)
+        self._unsaved: Optional[Baselines] = None
 
     def load(self) -> Baselines:
-        """The baselines on disk; a file unchanged since this process last read or wrote it costs one stat."""
+        """The baselines on disk (or saved and not yet flushed); a file unchanged since this process last read or
+        wrote it costs one stat."""
+        if self._unsaved is not None:
+            return {uid: dict(containers) for uid, containers in self._unsaved.items()}
         if not self.path:
             return {}
         try:
@@ -71,6 +76,22 @@ class BaselineFile:
         return {uid: dict(containers) for uid, containers in baselines.items()}
 
     def save(self, baselines: Baselines) -> None:
+        if self.deferred:
+            self._unsaved = baselines
+            return
+        self._write(baselines)
+
+    @property
+    def pending(self) -> bool:
+        return self._unsaved is not None
+
+    def flush(self) -> None:
+        """Write what was saved while ``deferred``."""
+        if self._unsaved is not None:
+            baselines, self._unsaved = self._unsaved, None
+            self._write(baselines)
+
+    def _write(self, baselines: Baselines) -> None:
         if not self.path or (not baselines and self._written is None and not os.path.exists(self.path)):
             return  # nothing pinned, no file: none to write
         doc = {"format": FORMAT, "baselines": {uid: {name: str(cpus) for name, cpus in sorted(containers.items())}
@@ -78,8 +99,8 @@ class BaselineFile:
         data = (json.dumps(doc, separators=(",", ":")) + "\n").encode("utf-8")
         if data == self._written:
             return
-        try:
-            info = atomic_write(self.path, data, durable=True)
+        try:  # atomic, not durable: a baseline lost in a crash is taken again from what the container holds
+            info = atomic_write(self.path, data, durable=False)
         except OSError as exc:
             raise StoreError("cannot write %s: %s" % (self.path, exc.strerror or exc)) from None
         self._written = data

@@ -5,7 +5,7 @@ should have, compared with what cgroupfs shows, and the updates carried out in a
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Set
+from typing import AbstractSet, Dict, List, Optional, Sequence, Set
 
 from ..errors import ContainerNotFoundError, ContainerRuntimeError, StoreError
 from ..kubelet.cpuset import CPUSet
@@ -18,6 +18,8 @@ from .config import ManagerOptions
 from .plan import Action, Plan
 from .pod_views import Pair
 
+Scope = Optional[AbstractSet[str]]  # pod UIDs: the pods a pass decides again (None: every pod)
+
 
 class CgroupTargets:
     """Targets for the running containers, and the runtime updates that reach them."""
@@ -26,7 +28,7 @@ class CgroupTargets:
         self.topology = topology
         self.cgroups = cgroups
         self.options = options
-        self.pushed: Dict[str, CPUSet] = {}  # container ID -> cpuset last pushed (when cgroupfs cannot be read)
+        self.pushed: Dict[str, CPUSet] = {}  # container ID -> the cpuset it was last given or found with
 
     def current_request(self, listed: ListedContainer, info: ContainerInfo) -> ContainerInfo:
         """The facts with the CFS quota cgroupfs shows now, when a Guaranteed running container's differs from
@@ -42,20 +44,35 @@ class CgroupTargets:
     def forget_except(self, present: Set[str]) -> None:
         self.pushed = {cid: cpus for cid, cpus in self.pushed.items() if cid in present}
 
-    def plan(self, plan: Plan, state: CPUState, pairs: Sequence[Pair]) -> None:
-        """The cpuset (and with the options, memory nodes and quota) each running container should have."""
+    def plan(self, plan: Plan, state: CPUState, pairs: Sequence[Pair], scope: Scope = None) -> None:
+        """The cpuset (and with the options, memory nodes and quota) each running container should have.
+
+        With a ``scope`` (pod UIDs), a container outside it that was given or found with a cpuset before is taken to
+        still have it (cgroupfs is not read): it is left alone when its target is that cpuset, and when it is a shared
+        container whose pool moved it joins ``plan.followers``, updated in bulk to the new pool. Such a container costs
+        a dictionary lookup."""
         all_nodes = CPUSet(self.topology.numa_cpus)
         pods_exclusive: Dict[str, bool] = {}
+        pushed = self.pushed
         for listed, info in pairs:
             if listed.state != RUNNING or not listed.is_kubernetes:
                 continue
             assigned = state.get(listed.pod_uid, listed.name)
             exclusive = assigned is not None
+            target = state.default if assigned is None else assigned
+            settled = scope is not None and listed.pod_uid not in scope and listed.id in pushed
+            if settled:
+                if pushed[listed.id] == target:
+                    continue
+                if not exclusive:  # a shared container whose pool moved (its memory nodes and quota do not)
+                    plan.followers.append(listed.id)
+                    continue
             pods_exclusive[listed.pod_uid] = pods_exclusive.get(listed.pod_uid, False) or exclusive
-            target = assigned if assigned is not None else state.default
-            current = self.cgroups.cpus(info.cgroup_path)
+            current = pushed[listed.id] if settled else self.cgroups.cpus(info.cgroup_path)
             known = current if current is not None else self.pushed.get(listed.id)
             cpus = None if known == target else target
+            if cpus is None:
+                self.pushed[listed.id] = target
             mems = quota = period = None
             if self.options.align_memory:
                 want = CPUSet(self.topology.loc[c][2] for c in target) if exclusive else all_nodes
@@ -73,7 +90,7 @@ class CgroupTargets:
                 why = "memory nodes or quota differ"
             elif not exclusive:
                 why = "shared pool is now %s (was %s)" % (target, "unknown" if known is None else known)
-            elif listed.id in self.pushed:
+            elif self.pushed.get(listed.id) == target:  # it had them: something else changed its cpuset
                 why = "exclusive CPUs drifted in cgroupfs (%s)" % known
             elif listed.attempt > 0:
                 why = "restarted container keeps its CPUs"
@@ -82,8 +99,11 @@ class CgroupTargets:
             plan.actions.append(Action("update", listed.id, listed.pod_ref, listed.pod_uid, listed.name, str(shown),
                                        why, None if mems is None else str(mems), quota, period,
                                        info.cgroup_path))
+        if plan.followers:
+            plan.counts["followers"] = len(plan.followers)
         if self.options.cpu_quota == "unlimited":
-            _pod_quotas(plan, pairs, pods_exclusive, self.cgroups)
+            _pod_quotas(plan, pairs, {uid: exclusive for uid, exclusive in pods_exclusive.items()
+                                      if scope is None or uid in scope}, self.cgroups)
 
     def apply(self, plan: Plan, runtime: Runtime) -> None:
         """Shrink first (shared containers leaving CPUs that became exclusive), pin last; pod quotas first."""
@@ -110,7 +130,32 @@ class CgroupTargets:
                 plan.errors.append({"container_id": action.container_id, "pod": action.pod,
                                     "container": action.container, "error": str(exc), "kind": "update"})
         plan.actions = [a for a in plan.actions if a not in failed]
+        self._follow(plan, runtime)
         plan.applied = True
+
+    def _follow(self, plan: Plan, runtime: Runtime) -> None:
+        """The followers to the new shared pool: at once where the runtime takes many (NRI's reply), else one by one."""
+        if not plan.followers:
+            return
+        pool = plan.after.default
+        many = getattr(runtime, "update_many", None)
+        if many is not None:
+            many(plan.followers, pool)
+            done = plan.followers
+        else:
+            done = []
+            for cid in plan.followers:
+                try:
+                    runtime.update(cid, cpuset_cpus=pool)
+                    done.append(cid)
+                except ContainerNotFoundError:
+                    plan.skipped.append({"container_id": cid, "reason": "removed before its update"})
+                except (ContainerRuntimeError, StoreError) as exc:
+                    plan.errors.append({"container_id": cid, "error": str(exc), "kind": "update"})
+        for cid in done:
+            self.pushed[cid] = pool
+        plan.followers = done
+        plan.counts["followers"] = len(done)
 
 
 def _pod_quotas(plan: Plan, pairs: Sequence[Pair], pods_exclusive: Dict[str, bool], cgroups: CgroupFS) -> None:

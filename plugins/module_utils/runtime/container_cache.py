@@ -64,6 +64,8 @@ class ContainerCache:
         ``current`` brings cached facts up to date where a container can change under its ID (an in-place resize;
         freshly inspected ones are current). Containers removed before their inspection go to ``skipped``. Returns
         the pairs and the inspections made."""
+        if runtime.live:  # its facts are current by construction: a lookup each
+            return [(item, runtime.describe(item)) for item in listed if item.is_kubernetes], 0
         pairs = []
         inspected = 0
         for item in (c for c in listed if c.is_kubernetes):

@@ -134,6 +134,7 @@ class Runtime(Protocol):
 
     name: str
     calls: Dict[str, int]  # calls made, by operation (the plan and the metrics report them)
+    live: bool  # it tells every change of a container's facts as it happens (NRI): nothing to cache or look up again
 
     def list_containers(self) -> List[ListedContainer]:
         """Every container the runtime knows, in any state (one call)."""
@@ -154,6 +155,7 @@ class RuntimeBase:
     parent when the container's status names no kubelet pod cgroup)."""
 
     name = "runtime"
+    live = False
 
     def __init__(self) -> None:
         self.calls: Dict[str, int] = {}

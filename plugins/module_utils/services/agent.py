@@ -152,7 +152,7 @@ class Agent:
             self._fail("the pass failed: %s: %s" % (type(exc).__name__, exc), started)
             return False
         self._confine(plan.after.default)
-        doc = plan.to_dict()
+        doc = plan.to_dict(states=False)
         self.created = doc["counts"].get("created", 0)
         self.metrics.record(doc, self.clock() - started, self.manager.topology, plan.after,
                             self.manager.policy.reserved)

@@ -9,12 +9,16 @@ pushed: the same state file, lock, policy, options and Topology Manager as the a
 all run on one node and never double-book a CPU.
 
 * Synchronize (on every (re)connection): adopts what runs, replies with the updates that bring each container to
-  its target;
+  its target (a pass over every container, cgroupfs read);
 * CreateContainer: the new container's cpuset (and with the options memory nodes and quota) in the adjustment, the
   shared containers whose pool shrank in the same reply;
 * UpdateContainer (an in-place resize, new resources for the same container): decided again with them;
 * StopContainer: the container is stopped (an init container's CPUs stay for its pod's app containers); a removed
   container is released, and the containers whose pool grew are updated unsolicited.
+
+Every other request is a pass scoped to the pod it concerns (and the pods whose last allocation or resize failed,
+retried each time): the cost of a reply does not grow with the containers that did not change, only with those it
+updates (the shared containers, when the shared pool changed), and one shared update is encoded once for all of them.
 
 A reply that cannot be made within the runtime's request timeout (default 2 s) is not made at all (the runtime has
 given up on it) and the log says why. What the runtime sends is hostile until parsed: a payload the plugin cannot read
@@ -27,17 +31,17 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, TextIO, Tuple
 
-from ..errors import ContainerNotFoundError, KubecpuError, MessageError, StateError
+from ..errors import ContainerNotFoundError, KubecpuError, MessageError, StateError, StoreError
 from ..kubelet.cpuset import CPUSet
 from ..node.manager import NodeManager
 from ..node.metrics import Metrics
-from ..runtime.container_cache import ContainerCache
 from ..runtime.model import EXITED, RUNNING, ContainerInfo, ListedContainer, RuntimeBase
 from ..runtime.nri_api import (CREATE_CONTAINER, DEFAULT_INDEX, DEFAULT_NAME, DEFAULT_SOCKET, PLUGIN_SERVICE,
                                REMOVE_CONTAINER, RUNTIME_SERVICE, STOP_CONTAINER, UPDATE_CONTAINER, container_model,
                                event_mask, now_ns, schema)
+from ..wire.proto_schema import Encoded
 from ..wire.ttrpc import INTERNAL, INVALID_ARGUMENT, OK, POLL, UNIMPLEMENTED, UNKNOWN, Channel, ConnectionBroken
 from .agent import say, write_metrics
 
@@ -50,6 +54,7 @@ class NRIView(RuntimeBase):
     """The containers NRI told of, as the manager's runtime; updates are collected, not pushed."""
 
     name = "nri"
+    live = True  # NRI tells each container's facts as they change (created, updated, stopped, removed)
 
     def __init__(self) -> None:
         super().__init__()
@@ -68,11 +73,18 @@ class NRIView(RuntimeBase):
     def describe(self, listed: ListedContainer) -> ContainerInfo:
         return self.inspect(listed.id)
 
+    def update_many(self, container_ids: List[str], cpuset_cpus: CPUSet) -> None:
+        """The same new cpuset for many containers (the shared pool's followers): one entry shared by all."""
+        self.count("update")
+        fields: Fields = {"cpus": cpuset_cpus}
+        for cid in container_ids:
+            self.pending[cid] = fields
+
     def update(self, container_id: str, cpuset_cpus: Optional[CPUSet] = None, cpuset_mems: Optional[CPUSet] = None,
                cpu_quota: Optional[int] = None, cpu_period: Optional[int] = None) -> None:
         self.count("update")
         self.inspect(container_id)
-        fields = self.pending.setdefault(container_id, {})
+        fields = self.pending[container_id] = dict(self.pending.get(container_id, {}))  # a follower's is shared
         fields.update({k: v for k, v in (("cpus", cpuset_cpus), ("mems", cpuset_mems), ("quota", cpu_quota),
                                          ("period", cpu_period)) if v is not None})
 
@@ -113,6 +125,9 @@ class NRIPlugin:
         self.channel: Optional[Channel] = None
         self.collecting = False  # a Synchronize in several parts ("more")
         self.last_errors: List[Dict[str, str]] = []
+        self.retry: Set[str] = set()  # pods whose allocation or resize failed: in the scope of every pass
+        self.metrics_due = False
+        manager.baselines.deferred = True  # written after the reply (serve_connection): a lost one is taken again
         self.handlers: Dict[str, Callable[[bytes], Any]] = {
             "Configure": self._on_configure, "Synchronize": self._on_synchronize,
             "CreateContainer": self._on_create_container, "UpdateContainer": self._on_update_container,
@@ -168,9 +183,22 @@ class NRIPlugin:
             while self.stopping is None and not self.channel.closed:
                 self.channel.serve(self.handle, timeout=0.5)
                 self._send_unsolicited()
+                self._after_replies()
         finally:
             self.channel.close()
             self.channel = None
+
+    def _after_replies(self) -> None:
+        """What the replies did not wait for: the resize baselines and the metrics file."""
+        try:
+            if self.manager.baselines.pending:
+                with self.manager.store.locked():  # every write of the node's files is under the state lock
+                    self.manager.baselines.flush()
+        except StoreError as exc:
+            self._say("error", str(exc))
+        if self.metrics_due:
+            self.metrics_due = False
+            write_metrics(self.metrics, self.metrics_path, self.log)
 
     def _send_unsolicited(self) -> None:
         if not self.unsolicited or self.channel is None:
@@ -231,14 +259,14 @@ class NRIPlugin:
                 self.view.known[container.id] = container_model(pod, container, order + 1)
         if request.more:
             return self.pb.SynchronizeResponse(more=True)
-        updates = self._pass("synchronize")
+        updates = self._pass("synchronize", None)
         return self.pb.SynchronizeResponse(update=self._updates(updates))
 
     def _on_create_container(self, payload: bytes) -> Any:
         request = self.pb.CreateContainerRequest.FromString(payload)
         cid = request.container.id
         self.view.known[cid] = container_model(request.pod, request.container, now_ns(), state=RUNNING)
-        updates = self._pass("create")
+        updates = self._pass("create", request.pod.uid)
         reply = self.pb.CreateContainerResponse()
         own = updates.pop(cid, None)
         if own:
@@ -252,7 +280,7 @@ class NRIPlugin:
         state = self.view.known[cid][0].state if cid in self.view.known else RUNNING
         self.view.known[cid] = container_model(request.pod, request.container, self._created(cid), state=state,
                                                resources=request.linux_resources)
-        updates = self._pass("update")
+        updates = self._pass("update", request.pod.uid)
         refused = [e["error"] for e in self.last_errors if e.get("container_id") == cid
                    and e["error"].startswith("resize refused")]
         if refused:  # the kubelet refuses a resize below the baseline: so does the runtime, told by the plugin
@@ -264,13 +292,13 @@ class NRIPlugin:
         cid = request.container.id  # when it stopped tells an init container from the app containers after it
         self.view.known[cid] = container_model(request.pod, request.container, self._created(cid), state=EXITED,
                                                finished_at=now_ns())
-        return self.pb.StopContainerResponse(update=self._updates(self._pass("stop")))
+        return self.pb.StopContainerResponse(update=self._updates(self._pass("stop", request.pod.uid)))
 
     def _on_state_change(self, payload: bytes) -> Any:
         event = self.pb.StateChangeEvent.FromString(payload)
         if event.event == REMOVE_CONTAINER:
             self.view.known.pop(event.container.id, None)
-            self.unsolicited.update(self._pass("remove"))
+            self.unsolicited.update(self._pass("remove", event.pod.uid or None))
         return self.pb.Empty()
 
     def _on_shutdown(self, payload: bytes) -> Any:
@@ -281,21 +309,34 @@ class NRIPlugin:
     def _created(self, cid: str) -> int:
         return self.view.known[cid][0].created_at if cid in self.view.known else now_ns()
 
-    def _pass(self, why: str) -> Dict[str, Fields]:
-        """The manager's reconcile pass over what NRI told; returns the collected updates by container ID."""
+    def _pass(self, why: str, pod_uid: Optional[str]) -> Dict[str, Fields]:
+        """The manager's reconcile pass over what NRI told, scoped to ``pod_uid`` and the pods to retry (None: every
+        pod); returns the collected updates by container ID."""
         self.view.pending = {}
-        self.manager.cache = ContainerCache()  # NRI's facts are current; nothing to remember by ID
         started = self.clock()
-        plan = self.manager.reconcile(apply=True)
-        doc = plan.to_dict()
+        plan = self.manager.reconcile(apply=True, scope=None if pod_uid is None else self.retry | {pod_uid})
+        doc = plan.to_dict(states=False)
         self.last_errors = doc["errors"]
+        pods = {cid: listed.pod_uid for cid, (listed, _info) in self.view.known.items()}
+        self.retry = {pods[e["container_id"]] for e in doc["errors"]
+                      if e.get("kind") in ("allocation", "resize") and e.get("container_id") in pods}
         self.metrics.record(doc, self.clock() - started, self.manager.topology, plan.after,
                             self.manager.policy.reserved)
-        if doc["actions"] or doc["errors"]:
-            self._say("info", why, actions=doc["actions"], errors=doc["errors"])
-        write_metrics(self.metrics, self.metrics_path, self.log)
+        if doc["actions"] or doc["errors"] or plan.followers:
+            followed = {"shared_pool": str(plan.after.default), "containers": len(plan.followers)}
+            self._say("info", why, actions=doc["actions"], errors=doc["errors"],
+                      **({"followers": followed} if plan.followers else {}))
+        self.metrics_due = True  # written once the reply is sent (serve_connection): off the runtime's wait
         return dict(self.view.pending)
 
     def _updates(self, updates: Dict[str, Fields]) -> List[Any]:
-        return [self.pb.ContainerUpdate(container_id=cid, linux=self.pb.LinuxContainerUpdate(
-            resources=resources(self.pb, fields))) for cid, fields in sorted(updates.items())]
+        """The updates as NRI ContainerUpdates, each encoded as it is; fields shared by many containers (the shared
+        pool's followers share one entry) are encoded once."""
+        groups: Dict[int, Tuple[Fields, List[str]]] = {}  # the entries live through the call: an id names one
+        for cid, fields in sorted(updates.items()):
+            groups.setdefault(id(fields), (fields, []))[1].append(cid)
+        out: List[Any] = []
+        for fields, ids in groups.values():
+            linux = Encoded(self.pb.LinuxContainerUpdate(resources=resources(self.pb, fields)).SerializeToString())
+            out.extend(self.pb.ContainerUpdate.encoded_each("container_id", ids, linux=linux))
+        return out

@@ -18,15 +18,13 @@ its parent when written to, repeated fields as lists, maps as dicts, ``HasField`
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Type
+from typing import Any, ClassVar, Dict, List, Mapping, NamedTuple, Sequence, Tuple, Type
 
 from ..errors import MessageError
+from .protowire import (FIXED32, FIXED64, LENGTH, MAX_FIELD_NUMBER, START_GROUP, VARINT, length, map_entry,
+                        as_number, read_varint, scalar, skip_group, utf8, varint)
 
 SCALARS = {"string": "", "bytes": b"", "int64": 0, "int32": 0, "uint32": 0, "uint64": 0, "bool": False}
-VARINT, FIXED64, LENGTH, START_GROUP, END_GROUP, FIXED32 = 0, 1, 2, 3, 4, 5
-MAX_FIELD_NUMBER = (1 << 29) - 1  # protobuf's: numbers 1 to 2^29 - 1 (0 and above are refused, as protobuf does)
-MAX_GROUP_DEPTH = 100  # nested groups of an unknown field, as deep as protobuf's own recursion limit
-_MASK64 = (1 << 64) - 1
 FieldSpec = Tuple[str, int, str]
 
 
@@ -41,45 +39,18 @@ class Field(NamedTuple):
 _BUILT: Dict[str, Schema] = {}
 
 
+class Encoded(bytes):
+    """A sub-message given as its wire bytes, written as they are: a message sent to many recipients (the same CPU
+    update for 250 containers) is encoded once. It can be assigned to a message field or be an item of a repeated one;
+    reading the parent back gives a message again."""
+
+
 def cached(file_name: str, package: str, messages: Mapping[str, Sequence[FieldSpec]],
            enums: Mapping[str, Sequence[str]]) -> Schema:
     """A table's classes, built once per process (on first use: importing a table costs nothing)."""
     if file_name not in _BUILT:
         _BUILT[file_name] = Schema(file_name, package, messages, enums)
     return _BUILT[file_name]
-
-
-def _varint(value: int) -> bytes:
-    value &= 0xFFFFFFFFFFFFFFFF  # negatives: two's complement on 64 bits, ten bytes
-    out = bytearray()
-    while value > 127:
-        out.append((value & 127) | 128)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _read_varint(data: bytes, at: int, end: int) -> Tuple[int, int]:
-    """At most ten bytes; the bits above 64 of a tenth byte are dropped, as protobuf drops them."""
-    value = shift = 0
-    while True:
-        if at >= end or shift > 63:
-            raise MessageError("truncated or overlong varint")
-        byte = data[at]
-        at += 1
-        value |= (byte & 127) << shift
-        shift += 7
-        if not byte & 128:
-            return value & _MASK64, at
-
-
-def _signed(value: int, bits: int) -> int:
-    value &= (1 << bits) - 1
-    return value - (1 << bits) if value >> (bits - 1) else value
-
-
-def _length(number: int, body: bytes) -> bytes:
-    return _varint(number << 3 | LENGTH) + _varint(len(body)) + body
 
 
 class Message:
@@ -110,7 +81,7 @@ class Message:
 
     def _assign(self, field: Field, value: Any) -> None:
         if field.kind == "map":
-            self._values[field.name] = {_scalar("string", k): _scalar("string", v) for k, v in dict(value).items()}
+            self._values[field.name] = {scalar("string", k): scalar("string", v) for k, v in dict(value).items()}
         elif field.repeated:
             self._values[field.name] = [self._item(field, item) for item in value]
         else:
@@ -118,7 +89,9 @@ class Message:
 
     def _item(self, field: Field, value: Any) -> Any:
         if field.kind != "message":
-            return _scalar(field.kind, value)
+            return scalar(field.kind, value)
+        if isinstance(value, Encoded):
+            return value
         cls = self._class(field)
         if isinstance(value, dict):
             return cls(**value)
@@ -152,7 +125,7 @@ class Message:
         if field.repeated or field.kind in ("map", "message"):
             raise AttributeError("%s.%s: assign to its fields, or use CopyFrom, extend or update" % (
                 type(self).__name__, name))
-        self._values[name] = _scalar(field.kind, value)
+        self._values[name] = scalar(field.kind, value)
         self._join()
 
     def _join(self) -> None:
@@ -187,26 +160,58 @@ class Message:
             if value is None and field.kind == "message" and not field.repeated:
                 lazy = self._lazy.get(field.name)
                 body = lazy.SerializeToString() if lazy is not None else b""
-                out += _length(field.number, body) if body else b""
+                out += length(field.number, body) if body else b""
             elif value is not None:
                 out += self._encode(field, value)
         for raw in self._unknown:
             out += raw
         return bytes(out)
 
-    def _encode(self, field: Field, value: Any) -> bytes:
+    @classmethod
+    def encoded(cls, **fields: Any) -> Encoded:
+        """The wire bytes of a message with these fields (valid scalars, or sub-messages as ``Encoded``), without making
+        the message: what 250 container updates of one reply cost is 250 small joins."""
+        out = []
+        for field in cls._numbers.values():
+            value = fields.get(field.name)
+            if value is None:
+                continue
+            if isinstance(value, Encoded):
+                out.append(length(field.number, value))
+            elif field.kind == "string" and not field.repeated:
+                out.append(length(field.number, value.encode()))
+            else:
+                out.append(cls._encode(field, value))
+        if len(out) < len(fields):
+            unknown = sorted(set(fields) - set(cls._fields))
+            if unknown:
+                raise AttributeError("%s has no field %r" % (cls.__name__, unknown[0]))
+        return Encoded(b"".join(out))
+
+    @classmethod
+    def encoded_each(cls, name: str, values: Sequence[str], **common: Any) -> List[Encoded]:
+        """One message per value of the string field ``name``, the ``common`` fields the same in each and encoded
+        once (the fields stay in number order): 250 container updates that differ only in their container ID."""
+        number = cls._fields[name].number
+        before = cls.encoded(**{k: v for k, v in common.items() if cls._fields[k].number < number})
+        after = cls.encoded(**{k: v for k, v in common.items() if cls._fields[k].number > number})
+        return [Encoded(before + length(number, value.encode()) + after) for value in values]
+
+    @staticmethod
+    def _encode(field: Field, value: Any) -> bytes:
         if field.kind == "map":
-            return b"".join(_length(field.number, _length(1, k.encode()) + _length(2, value[k].encode()))
+            return b"".join(length(field.number, length(1, k.encode()) + length(2, value[k].encode()))
                             for k in sorted(value))
         if field.kind == "message":
             items = value if field.repeated else [value]
-            return b"".join(_length(field.number, item.SerializeToString()) for item in items)
+            return b"".join(length(field.number, item if isinstance(item, Encoded) else item.SerializeToString())
+                            for item in items)
         if field.kind in ("string", "bytes"):
             items = value if field.repeated else [value] if value else []
-            return b"".join(_length(field.number, item.encode() if field.kind == "string" else item) for item in items)
+            return b"".join(length(field.number, item.encode() if field.kind == "string" else item) for item in items)
         if field.repeated:  # numbers, packed
-            return _length(field.number, b"".join(_varint(int(item)) for item in value)) if value else b""
-        return _varint(field.number << 3 | VARINT) + _varint(int(value)) if value else b""
+            return length(field.number, b"".join(varint(int(item)) for item in value)) if value else b""
+        return varint(field.number << 3 | VARINT) + varint(int(value)) if value else b""
 
     @classmethod
     def FromString(cls, data: bytes) -> Message:  # protobuf's name
@@ -222,13 +227,13 @@ class Message:
         values = self._values
         while at < end:
             start = at
-            key, at = (data[at], at + 1) if data[at] < 128 else _read_varint(data, at, end)
+            key, at = (data[at], at + 1) if data[at] < 128 else read_varint(data, at, end)
             number, wire = key >> 3, key & 7
             if not 0 < number <= MAX_FIELD_NUMBER:
                 raise MessageError("%s: field number %d" % (type(self).__name__, number))
             field = self._numbers.get(number)
             if wire == LENGTH:
-                size, at = (data[at], at + 1) if at < end and data[at] < 128 else _read_varint(data, at, end)
+                size, at = (data[at], at + 1) if at < end and data[at] < 128 else read_varint(data, at, end)
                 stop = at + size
                 if stop > end:
                     raise MessageError("%s: field %d runs past the end" % (type(self).__name__, number))
@@ -238,20 +243,20 @@ class Message:
                     self._length_field(field, data, start, at, stop)
                 at = stop
             elif wire == VARINT:
-                value, at = _read_varint(data, at, end)
+                value, at = read_varint(data, at, end)
                 if field is None or field.kind in ("string", "bytes", "map", "message"):
                     self._unknown.append(data[start:at])
                 elif field.repeated:
-                    values.setdefault(field.name, []).append(_number(field.kind, value))
+                    values.setdefault(field.name, []).append(as_number(field.kind, value))
                 else:
-                    values[field.name] = _number(field.kind, value)
+                    values[field.name] = as_number(field.kind, value)
             elif wire in (FIXED64, FIXED32):  # no field of ours is fixed: kept as it came
                 at += 8 if wire == FIXED64 else 4
                 if at > end:
                     raise MessageError("%s: field %d runs past the end" % (type(self).__name__, number))
                 self._unknown.append(data[start:at])
             elif wire == START_GROUP:
-                at = _skip_group(data, at, end, number, 1)
+                at = skip_group(data, at, end, number, 1)
                 self._unknown.append(data[start:at])
             else:
                 raise MessageError("%s: field %d has wire type %d" % (type(self).__name__, number, wire))
@@ -260,7 +265,7 @@ class Message:
         """The field's ``data[at:stop]``; ``start`` is where its key began."""
         kind, name, values = field.kind, field.name, self._values
         if kind in ("string", "bytes"):
-            item = data[at:stop] if kind == "bytes" else _utf8(data[at:stop], field)
+            item = data[at:stop] if kind == "bytes" else utf8(data[at:stop], field.name)
             if field.repeated:
                 values.setdefault(name, []).append(item)
             else:
@@ -275,7 +280,7 @@ class Message:
                     values[name] = child
             child._decode(data, at, stop)
         elif kind == "map":
-            entry = _map_entry(data, at, stop, field)
+            entry = map_entry(data, at, stop, field.name)
             if entry is None:
                 self._unknown.append(data[start:stop])
             else:
@@ -283,8 +288,8 @@ class Message:
         elif field.repeated:  # packed numbers
             items = values.setdefault(name, [])
             while at < stop:
-                number, at = _read_varint(data, at, stop)
-                items.append(_number(kind, number))
+                number, at = read_varint(data, at, stop)
+                items.append(as_number(kind, number))
         else:
             raise MessageError("%s.%s: wire type %d" % (type(self).__name__, name, LENGTH))
 
@@ -296,107 +301,6 @@ class Message:
 
     def __repr__(self) -> str:
         return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % item for item in sorted(self._values.items())))
-
-
-def _skip_group(data: bytes, at: int, end: int, number: int, depth: int) -> int:
-    """The end of a group (an unknown field of the deprecated group encoding) opened with ``number``: its fields are
-    read, nested groups included, to the END_GROUP of the same number."""
-    if depth > MAX_GROUP_DEPTH:
-        raise MessageError("groups nested over %d deep" % MAX_GROUP_DEPTH)
-    while at < end:
-        key, at = _read_varint(data, at, end)
-        inner, wire = key >> 3, key & 7
-        if inner > MAX_FIELD_NUMBER:  # 0 passes inside a group: protobuf's parser does not look there
-            raise MessageError("field number %d in a group" % inner)
-        if wire == END_GROUP:
-            if inner != number:
-                raise MessageError("group %d closed as %d" % (number, inner))
-            return at
-        if wire == VARINT:
-            _value, at = _read_varint(data, at, end)
-        elif wire in (FIXED64, FIXED32):
-            at += 8 if wire == FIXED64 else 4
-        elif wire == LENGTH:
-            size, at = _read_varint(data, at, end)
-            at += size
-        elif wire == START_GROUP:
-            at = _skip_group(data, at, end, inner, depth + 1)
-        else:
-            raise MessageError("wire type %d in a group" % wire)
-        if at > end:
-            break
-    raise MessageError("group %d runs past the end" % number)
-
-
-def _map_entry(data: bytes, at: int, stop: int, field: Field) -> Optional[Tuple[str, str]]:
-    """A ``map<string, string>`` entry: key 1, value 2 (either may be missing: then empty). An entry holding any other
-    field, or these with another wire type, is None: the caller keeps it as an unknown field, as protobuf does."""
-    found = ["", ""]
-    plain = True
-    while at < stop:
-        key, at = _read_varint(data, at, stop)
-        number, wire = key >> 3, key & 7
-        if not 0 < number <= MAX_FIELD_NUMBER:
-            raise MessageError("map %s: an entry with field number %d" % (field.name, number))
-        if wire == LENGTH:
-            size, at = _read_varint(data, at, stop)
-            if at + size > stop:
-                raise MessageError("map %s: an entry runs past its end" % field.name)
-            if number in (1, 2):
-                found[number - 1] = _utf8(data[at:at + size], field)
-            else:
-                plain = False
-            at += size
-        elif wire == VARINT:
-            _value, at = _read_varint(data, at, stop)
-            plain = False
-        elif wire in (FIXED64, FIXED32):
-            at += 8 if wire == FIXED64 else 4
-            plain = False
-        elif wire == START_GROUP:
-            at = _skip_group(data, at, stop, number, 1)
-            plain = False
-        else:
-            raise MessageError("map %s: an entry with wire type %d" % (field.name, wire))
-        if at > stop:
-            raise MessageError("map %s: an entry runs past its end" % field.name)
-    return (found[0], found[1]) if plain else None
-
-
-def _utf8(value: bytes, field: Field) -> str:
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        raise MessageError("field %s: a string that is not UTF-8" % field.name) from None
-
-
-def _number(kind: str, value: int) -> Any:
-    if kind == "bool":
-        return bool(value)
-    if kind in ("int32", "enum"):
-        return _signed(value, 32)
-    if kind == "int64":
-        return _signed(value, 64)
-    return value & 0xFFFFFFFF if kind == "uint32" else value
-
-
-def _scalar(kind: str, value: Any) -> Any:
-    """A value for a scalar field, of the field's type (protobuf refuses the others too)."""
-    if kind == "string":
-        ok = isinstance(value, str)
-    elif kind == "bytes":
-        ok = isinstance(value, bytes)
-    elif kind == "bool":
-        ok = isinstance(value, (bool, int))
-        value = bool(value)
-    else:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        limit = 64 if kind.endswith("64") else 32
-        ok = ok and (-(1 << (limit - 1)) <= value < (1 << (limit - 1)) if not kind.startswith("uint")
-                     else 0 <= value < (1 << limit))
-    if not ok:
-        raise TypeError("%r is not a valid %s" % (value, kind))
-    return value
 
 
 class Schema:

@@ -22,6 +22,7 @@ def info(n, state=RUNNING):
 
 class Describer:
     name = "describer"
+    live = False
 
     def __init__(self, gone=()):
         self.gone = set(gone)
@@ -96,3 +97,15 @@ def test_read_only_and_pathless_caches_write_nothing(tmp_path):
         cache.put(info(1)[1], RUNNING)
         cache.save()
     assert os.listdir(tmp_path) == []
+
+
+def test_a_live_runtime_is_described_every_time_and_nothing_is_cached():
+    """NRI's view tells each container's facts as they change: they are looked up, not kept or refreshed."""
+    runtime = Describer()
+    runtime.live = True
+    cache = ContainerCache()
+    listed = [info(1)[0], info(2)[0]]
+    for _round in range(2):
+        pairs, inspected = cache.facts(runtime, listed, [])
+        assert [item.id for item, _info in pairs] == [listed[0].id, listed[1].id] and inspected == 0
+    assert runtime.described == [listed[0].id, listed[1].id] * 2 and cache.infos == {}
