@@ -19,7 +19,7 @@ import re
 import select
 import signal
 import time
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, TextIO
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, TextIO, Tuple
 
 from ..errors import ContainerRuntimeError, KubecpuError, RuntimeUnavailableError
 from ..kubelet.cpuset import CPUSet
@@ -28,6 +28,9 @@ from ..node.metrics import Metrics
 from ..runtime.watch import Waker
 
 FOLLOW = 0.02  # seconds between passes while a watched container is created but not running yet
+# After a wake, passes follow for FOLLOW_WINDOW seconds, FOLLOW apart and twice as far apart each time the runtime's
+# list did not move (a removed pod's cgroup goes before the runtime stops listing its container): about seven passes.
+FOLLOW_WINDOW = 2.0
 DEBOUNCE = 0.005  # seconds to let a burst of cgroup events settle before the pass
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -56,8 +59,9 @@ class Agent:
         """``max_passes`` ends the loop after that many passes; ``clock`` (the time source) and ``wait`` (the pause
         between passes: the descriptors that end it early, seconds; returns those ready) are the loop's seams to
         time. A waker saying something changed (a container cgroup came or went, the runtime streamed a container event)
-        starts a pass at once (the period is the safety net), and passes follow every ``FOLLOW`` seconds while
-        containers are created but not yet running."""
+        starts a pass at once (the period is the safety net); passes follow every ``FOLLOW`` seconds while
+        containers are created but not yet running, and for ``FOLLOW_WINDOW`` after a wake (further apart each time
+        the runtime's list stood still), so that a container that goes a moment after its cgroup is seen go."""
         self.manager = manager
         self.period = period
         self.log = log
@@ -70,6 +74,10 @@ class Agent:
         self.wakers = list(wakers)
         self.woken = 0  # passes started by a waker
         self.created = 0  # containers the last pass saw created, not yet running
+        self.listing: Optional[Tuple[int, ...]] = None  # what the last pass counted (containers, running, created)
+        self.moving = False  # whether it differed from the pass before
+        self.follow_until = 0.0  # the end of the last wake's window
+        self.follow_delay = FOLLOW
         self.stopping: Optional[int] = None  # the signal that asked the loop to stop
         self.home: FrozenSet[int] = frozenset(os.sched_getaffinity(0))  # where the agent may run at all
         self.confined: FrozenSet[int] = self.home
@@ -104,6 +112,9 @@ class Agent:
                     wait = self.period - (self.clock() - started)
                     if self.created and self.wakers:
                         wait = min(wait, FOLLOW)  # a container about to start: pin it as it does
+                    elif self.clock() < self.follow_until:  # after a wake: what else is coming, or going
+                        self.follow_delay = FOLLOW if self.moving else self.follow_delay * 2
+                        wait = min(wait, self.follow_delay)
                 else:
                     backoff = min(self.max_backoff, max(self.period, backoff * 2 if backoff else self.period))
                     wait = backoff
@@ -132,6 +143,7 @@ class Agent:
         woken = [waker for waker in self.wakers if waker.fileno() in ready and waker.changed()]
         if woken:
             self.woken += 1
+            self.follow_until, self.follow_delay = self.clock() + FOLLOW_WINDOW, FOLLOW / 2
             time.sleep(DEBOUNCE)  # a container's cgroups and events come one after the other
             for waker in self.wakers:
                 waker.changed()
@@ -154,6 +166,8 @@ class Agent:
         self._confine(plan.after.default)
         doc = plan.to_dict(states=False)
         self.created = doc["counts"].get("created", 0)
+        listing = tuple(doc["counts"].get(key, 0) for key in ("containers", "running", "created"))
+        self.moving, self.listing = listing != self.listing, listing
         self.metrics.record(doc, self.clock() - started, self.manager.topology, plan.after,
                             self.manager.policy.reserved)
         if doc["actions"] or doc["errors"]:

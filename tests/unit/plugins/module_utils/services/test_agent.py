@@ -176,7 +176,7 @@ class Watch:
 def test_a_cgroup_event_starts_a_pass_at_once_and_created_containers_are_followed():
     node, clock = Node(), Clock()
     watch = Watch()
-    created = iter([0, 1, 1, 0, 0])
+    created = iter([0, 1, 1] + [0] * 9)
     real = node.reconcile
 
     def reconcile(apply=True):
@@ -194,10 +194,44 @@ def test_a_cgroup_event_starts_a_pass_at_once_and_created_containers_are_followe
         clock.now += seconds
         return []
 
-    loop = Agent(node, 10.0, io.StringIO(), None, clock=clock, wait=wait, wakers=[watch], max_passes=5)
+    loop = Agent(node, 10.0, io.StringIO(), None, clock=clock, wait=wait, wakers=[watch], max_passes=12)
     loop.run()
-    assert clock.waits == [10.0, 0.02, 0.02, 10.0]  # woken at once, then followed while it was created
-    assert loop.woken == 1 and node.passes == 5
+    # woken at once; followed every 20 ms while it was created and as it started (the list moved), then twice as far
+    # apart each pass the list stays still, until FOLLOW_WINDOW (2 s) after the wake; then the period
+    assert clock.waits == pytest.approx([10.0, 0.02, 0.02, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 10.0])
+    assert loop.woken == 1 and node.passes == 12
+
+
+def test_a_removal_is_followed_until_the_runtime_lists_the_container_no_more():
+    """Issue 24: a removed pod's cgroup goes (a wake) while the runtime still lists its container, stopped; the list
+    moves once more when the container goes from it, and the pass that sees that releases the CPUs. Passes follow a
+    moving list after a wake (FOLLOW_WINDOW), so that pass comes at once, not a period later."""
+    node, clock = Node(), Clock()
+    watch = Watch()
+    listings = iter([(1, 1), (1, 1), (1, 0)] + [(0, 0)] * 8)  # (containers, running): still listed, stopped, gone
+    real = node.reconcile
+
+    def reconcile(apply=True):
+        plan = real(apply)
+        plan.counts["containers"], plan.counts["running"] = next(listings)
+        return plan
+
+    node.reconcile = reconcile
+
+    def wait(fds, seconds):
+        clock.waits.append(seconds)
+        if len(clock.waits) == 1:  # the pod's cgroup goes during the first wait
+            watch.pending = True
+            return [watch.fileno()]
+        clock.now += seconds
+        return []
+
+    loop = Agent(node, 10.0, io.StringIO(), None, clock=clock, wait=wait, wakers=[watch], max_passes=11)
+    loop.run()
+    # the woken pass sees it still running (the list did not move); the next ones see it stop, then go: each a moving
+    # list, followed at once; then, the list still, further and further apart until the window ends
+    assert clock.waits == pytest.approx([10.0, 0.02, 0.02, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28])
+
 
 
 def test_any_failure_of_a_pass_is_a_log_line_and_a_metric_never_the_agents_end(tmp_path):
