@@ -15,6 +15,7 @@ import sys
 import time
 
 import pytest
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.waits import metric, until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
@@ -50,8 +51,9 @@ class Plugin:
         argv = [KUBECPU, "nri", "--socket", self.lab.nri_socket, "--state", self.state, "--num-reserved", "1",
                 "--kubelet-state", self.state + ".kubelet", "--metrics-path", self.state + ".prom"]
         log = open(self.log_path, "a")  # the process keeps it open
+        passes = self.passes()
         self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=dict(os.environ, KUBECPU_PYTHON=self.python))
-        self.wait_for("registered with the runtime")
+        self.until(lambda: self.passes() > passes, "registered and synchronized (a pass in its metrics)")
 
     def stop(self, sig=signal.SIGTERM):
         if self.proc is not None and self.proc.poll() is None:
@@ -63,13 +65,16 @@ class Plugin:
         with open(self.log_path, encoding="utf-8") as handle:
             return [json.loads(line) for line in handle if line.startswith("{")]
 
-    def wait_for(self, message, count=1, timeout=20):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if sum(1 for e in self.events() if e["msg"] == message) >= count:
-                return
-            time.sleep(0.05)
-        raise AssertionError("no %r in the plugin's log:\n%s" % (message, open(self.log_path).read()[-4000:]))
+    def passes(self):
+        """Its passes so far, as its metrics file says (written once each reply is sent)."""
+        return metric(self.state + ".prom", "kubecpu_reconcile_passes_total{")
+
+    def until(self, condition, what, timeout=20):
+        """A condition on the node, not a log line, with a deadline; the plugin's log when it does not come."""
+        try:
+            until(condition, what, timeout)
+        except AssertionError as exc:
+            raise AssertionError("%s; the plugin's log:\n%s" % (exc, open(self.log_path).read()[-4000:])) from None
 
     def entries(self):
         with open(self.state, encoding="utf-8") as handle:
@@ -122,11 +127,8 @@ def test_removal_releases_and_the_shared_pool_grows_for_the_rest(nri_lab, plugin
     assert first_line(shared, "app") == "0-1" and first_line(guaranteed, "main") == "1"
     assert nri_lab.cgroup_cpus(shared, shared["containers"]["app"]) == "0"  # shrunk in the same reply
     nri_lab.remove_pod(guaranteed)
-    plugin.wait_for("remove")
-    deadline = time.monotonic() + 10
-    while nri_lab.cgroup_cpus(shared, shared["containers"]["app"]) != "0-1" and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert nri_lab.cgroup_cpus(shared, shared["containers"]["app"]) == "0-1"  # pushed unsolicited
+    plugin.until(lambda: nri_lab.cgroup_cpus(shared, shared["containers"]["app"]) == "0-1",
+                 "the shared container back on 0-1", timeout=10)  # pushed unsolicited
     assert plugin.entries() == {}
 
 
@@ -138,15 +140,16 @@ def test_restarted_plugin_keeps_its_state_and_synchronize_adopts_what_started_me
     later = plugin.pod("two", "Guaranteed", [{"name": "main", "cpu": 1000, "command": FIRST_LINE}])
     assert first_line(later, "main") == "0-1"  # no plugin: created unpinned
     plugin.start()
-    plugin.wait_for("synchronize")
-    assert nri_lab.cgroup_cpus(later, later["containers"]["main"]) == "1"  # adopted and pinned on synchronize
+    plugin.until(lambda: nri_lab.cgroup_cpus(later, later["containers"]["main"]) == "1",
+                 "the container started meanwhile pinned")  # adopted on synchronize, applied by the runtime
     assert plugin.entries() == {later["uid"]: {"main": "1"}}  # the gone pod's CPU released
 
 
 def test_the_plugin_reconnects_when_the_runtime_restarts(nri_lab, plugin):
+    passes = plugin.passes()
     nri_lab.stop_daemon()
     nri_lab.start_daemon()
-    plugin.wait_for("registered with the runtime", count=2, timeout=30)
+    plugin.until(lambda: plugin.passes() > passes, "registered again (synchronized: a pass)", timeout=30)
     pod = plugin.pod("after", "Guaranteed", [{"name": "main", "cpu": 1000, "command": FIRST_LINE}])
     assert first_line(pod, "main") == "1"
 
@@ -165,16 +168,16 @@ def test_in_place_resize_through_update_container_resources(nri_lab, plugin):
     cid = pod["containers"]["main"]
     assert first_line(pod, "main") == "1"
     nri_lab.cri.update(cid, cpu_quota=200000, cpu_period=100000)  # 2 CPUs: only CPU 1 can be exclusive
-    plugin.wait_for("update")
+    plugin.until(lambda: "kubecpu_resize_errors_total 1" in open(plugin.state + ".prom").read(), "the resize counted")
     assert allowed(nri_lab, cid, "1") == "1" and plugin.entries() == {pod["uid"]: {"main": "1"}}
     assert any(e["error"].startswith("resize infeasible") for event in plugin.events() if event["msg"] == "update"
                for e in event["errors"])
     nri_lab.cri.update(cid, cpu_quota=50000, cpu_period=100000)  # 500m: no exclusive CPUs
-    plugin.wait_for("update", count=2)
-    assert allowed(nri_lab, cid, "0-1") == "0-1" and plugin.entries() == {}
+    plugin.until(lambda: plugin.entries() == {}, "released by the resize")
+    assert allowed(nri_lab, cid, "0-1") == "0-1"
     nri_lab.cri.update(cid, cpu_quota=100000, cpu_period=100000)  # 1 CPU again
-    plugin.wait_for("update", count=3)
-    assert allowed(nri_lab, cid, "1") == "1" and plugin.entries() == {pod["uid"]: {"main": "1"}}
+    plugin.until(lambda: plugin.entries() == {pod["uid"]: {"main": "1"}}, "pinned again by the resize")
+    assert allowed(nri_lab, cid, "1") == "1"
     with open(plugin.state + ".prom", encoding="utf-8") as handle:
         assert "kubecpu_resize_errors_total 1" in handle.read()
 
@@ -183,12 +186,13 @@ def test_the_agent_also_wakes_on_the_cri_event_stream_of_containerd_1_7(nri_lab,
     """The loop agent over CRI against containerd 1.7, which streams container events (1.6 does not)."""
     state = tmp_path / "state"
     argv = [KUBECPU, "reconcile", "--loop", "--period", "10s", "--runtime", "cri", "--runtime-endpoint",
-            nri_lab.endpoint, "--state", str(state), "--num-reserved", "1", "--kubelet-state", str(state) + ".k"]
+            nri_lab.endpoint, "--state", str(state), "--num-reserved", "1", "--kubelet-state", str(state) + ".k",
+            "--metrics-path", str(tmp_path / "kubecpu.prom")]
     agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                              env=dict(os.environ, KUBECPU_PYTHON=sys.executable))
     pod = None
     try:
-        time.sleep(1.0)
+        until(lambda: metric(tmp_path / "kubecpu.prom", "kubecpu_reconcile_passes_total{") >= 1, "the first pass")
         pod = nri_lab.run_pod("evented", "Guaranteed", [{"name": "main", "cpu": 1000}])
         started = time.monotonic()
         while nri_lab.cgroup_cpus(pod, pod["containers"]["main"]) != "1" and time.monotonic() - started < 5:
