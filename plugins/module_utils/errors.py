@@ -148,6 +148,10 @@ class RuntimeOutputError(ContainerRuntimeError):
     """The runtime answered with something that is not the documented shape."""
 
 
+class HookInputError(ContainerRuntimeError):
+    """What the OCI runtime handed the hook (its state on stdin, the bundle's config.json) cannot be read."""
+
+
 class RpcStatus(Exception):
     """A gRPC call ended with a status other than OK. ``code`` is the status name (``NOT_FOUND``), ``details`` its
     message. The CRI backend, which knows the call and its target, turns it into one of the runtime errors above."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Dict, List, Optional, Sequence, TextIO
+from typing import IO, Any, Dict, List, Optional, Sequence, TextIO, cast
 
 from ..errors import ConfigError, KubecpuError, PodSpecError, StateError, UsageError
 from ..kubelet.cpuset import CPUSet
@@ -285,13 +285,23 @@ def cmd_defrag(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO
     return 1 if plan.errors else 0
 
 
+def cmd_hook(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
+    """The OCI hook: 0 when the container may be created (its cgroup on its CPUs), 1 with one line when not."""
+    from ..services.hook import Hook  # noqa: PLC0415  # only this command imports it
+
+    result = Hook(_node_config(args), args.lock_timeout).run(cast(IO[bytes], getattr(stdin, "buffer", stdin)))
+    _emit(out, result.to_dict())
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     return run_demo(args, load_topology(args, stdin), out)
 
 
 COMMANDS = {"topology": cmd_topology, "plan": cmd_plan, "hints": cmd_hints, "merge": cmd_merge,
             "allocate": cmd_allocate, "release": cmd_release,
-            "state": cmd_state, "nri": cmd_nri, "demo": cmd_demo, "reconcile": cmd_reconcile, "defrag": cmd_defrag}
+            "state": cmd_state, "nri": cmd_nri, "hook": cmd_hook, "demo": cmd_demo, "reconcile": cmd_reconcile,
+            "defrag": cmd_defrag}
 
 
 def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr,

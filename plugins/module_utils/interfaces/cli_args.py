@@ -172,6 +172,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="plugin index, two digits (default %(default)s)")
     _service_args(p, "event", '"socket": "/x.sock"')
 
+    p = sub.add_parser("hook", help="run as an OCI createRuntime hook: a container is created on its CPUs or not at "
+                       "all (fail closed); the OCI state on stdin")
+    _state_args(p)
+    _runtime_args(p)
+    p.add_argument("--lock-timeout", type=_seconds_arg, default=2.0, metavar="SECONDS",
+                   help="refuse the container when the state lock is not had within this (default 2)")
+    for flag in ("--period", "--socket", "--plugin-name", "--plugin-index"):  # the agent's and the plugin's own:
+        p.add_argument(flag, help=argparse.SUPPRESS)  # accepted, so that their configuration file serves the hook
+    _service_args(p, "hook (not written: the hook runs once per container)", '"state": "/var/lib/kubecpu/state"')
+
     p = sub.add_parser("demo", help="discover this node and show what the static policy gives sample pods")
     _topology_args(p)
     _policy_args(p)

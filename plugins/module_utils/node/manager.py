@@ -24,6 +24,7 @@ from ..runtime.container_cache import ContainerCache
 from ..runtime.model import CREATED, RUNNING, Runtime
 from .admission import Admission
 from .config import ManagerOptions
+from .hook_marks import HookMarks
 from .plan import Action, Plan
 from .pod_views import Pair, PodView, allocation_target, build_views, find_container
 from .resize import BaselineFile, baselines_path, resize_running, sync_baselines
@@ -50,7 +51,7 @@ class NodeManager:
         self.options = options
         self.topology_admission = Admission(topology, options.topology_manager_policy,
                                             options.topology_manager_scope, options.topology_manager_options)
-        self.cgroup_targets = CgroupTargets(topology, cgroups or CgroupFS(), options)
+        self.cgroup_targets = CgroupTargets(topology, cgroups or CgroupFS(), options, HookMarks.beside(store))
 
     cgroups = property(lambda self: self.cgroup_targets.cgroups)
 
@@ -97,9 +98,8 @@ class NodeManager:
         """Admission, then the policy's allocation (from the isolcpus set first or only, as configured)."""
         affinity = self.topology_admission.admit(self.policy, state, pod, container, hint_nodes)
         isolated, mode = self.topology.isolated, self.options.isolated_cpus
-        within = isolated if mode == "only" else None
-        prefer = isolated if mode == "prefer" and isolated else None
-        return self.policy.allocate(state, pod, container, affinity, prefer=prefer, within=within)
+        return self.policy.allocate(state, pod, container, affinity, within=isolated if mode == "only" else None,
+                                    prefer=isolated if mode == "prefer" and isolated else None)
 
     def allocate_running(self, plan: Plan, state: CPUState, views: Dict[str, PodView]) -> None:
         """Exclusive CPUs for running Guaranteed integral containers without an entry, pods in creation order."""

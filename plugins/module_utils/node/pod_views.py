@@ -69,6 +69,13 @@ def build_views(pairs: Sequence[Pair],
     return views
 
 
+def lone_pod(info: ContainerInfo) -> Pod:
+    """The pod model of a container whose siblings are not known (the OCI hook sees one container): its QoS class
+    as its cgroup parent says, its request as its CPU resources say."""
+    return Pod(uid=info.pod_uid, name=info.pod_name, namespace=info.pod_namespace, init_containers=(),
+               containers=(_container_model(info, False),), qos=info.qos)
+
+
 def find_container(pairs: Sequence[Pair], container_id: Optional[str], pod_uid: Optional[str],
                    name: Optional[str]) -> Optional[ListedContainer]:
     """A container by ID (a unique prefix of at least 6 characters works, as in crictl), else the newest

@@ -57,6 +57,7 @@ class StateStore:
         # The bytes last read or written and their state: a process that reads the file it wrote (the
         # agent, every pass) compares bytes instead of decoding them again.
         self._known: Optional[Tuple[bytes, CPUState]] = None
+        self._depth = 0  # how deeply this process holds the lock (locked() is reentrant)
 
     @property
     def previous_path(self) -> str:
@@ -65,9 +66,15 @@ class StateStore:
     # --- locking -------------------------------------------------------------------------------
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """Exclusive lock for a read-modify-write (shared for a read-only store, no lock file created)."""
-        if self.read_only:
-            yield
+        """Exclusive lock for a read-modify-write (shared for a read-only store, no lock file created). Reentrant: a
+        holder's nested ``locked()`` (the OCI hook allocates, then writes cgroups, under one lock) does not wait for
+        itself."""
+        if self.read_only or self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
             return
         fd = self._open_lock()
         try:
@@ -83,7 +90,11 @@ class StateStore:
                         raise StoreError("timed out after %.0fs waiting for the lock on %s (another kubecpu "
                                          "process holds it)" % (self.lock_timeout, self.path)) from None
                     time.sleep(0.005)
-            yield
+            self._depth = 1
+            try:
+                yield
+            finally:
+                self._depth = 0
         finally:
             os.close(fd)  # closing the descriptor releases the lock
 

@@ -5,7 +5,7 @@ should have, compared with what cgroupfs shows, and the updates carried out in a
 
 from __future__ import annotations
 
-from typing import AbstractSet, Dict, List, Optional, Sequence, Set
+from typing import AbstractSet, Dict, FrozenSet, List, Optional, Sequence, Set
 
 from ..errors import ContainerNotFoundError, ContainerRuntimeError, StoreError
 from ..kubelet.cpuset import CPUSet
@@ -15,6 +15,7 @@ from ..kubelet.topology import Topology
 from ..runtime.cgroups import CgroupFS
 from ..runtime.model import RUNNING, ContainerInfo, ListedContainer, Runtime
 from .config import ManagerOptions
+from .hook_marks import HookMarks
 from .plan import Action, Plan
 from .pod_views import Pair
 
@@ -24,11 +25,15 @@ Scope = Optional[AbstractSet[str]]  # pod UIDs: the pods a pass decides again (N
 class CgroupTargets:
     """Targets for the running containers, and the runtime updates that reach them."""
 
-    def __init__(self, topology: Topology, cgroups: CgroupFS, options: ManagerOptions) -> None:
+    def __init__(self, topology: Topology, cgroups: CgroupFS, options: ManagerOptions,
+                 marks: Optional[HookMarks] = None) -> None:
         self.topology = topology
         self.cgroups = cgroups
         self.options = options
+        self.marks = marks or HookMarks(None)
         self.pushed: Dict[str, CPUSet] = {}  # container ID -> the cpuset it was last given or found with
+        self.hooked: FrozenSet[str] = frozenset()  # marked by the OCI hook when this plan was made
+        self.present: Set[str] = set()  # the containers the runtime listed last
 
     def current_request(self, listed: ListedContainer, info: ContainerInfo) -> ContainerInfo:
         """The facts with the CFS quota cgroupfs shows now, when a Guaranteed running container's differs from
@@ -42,6 +47,7 @@ class CgroupTargets:
         return info._replace(cpu_quota=have[0], cpu_period=have[1])
 
     def forget_except(self, present: Set[str]) -> None:
+        self.present = present
         self.pushed = {cid: cpus for cid, cpus in self.pushed.items() if cid in present}
 
     def plan(self, plan: Plan, state: CPUState, pairs: Sequence[Pair], scope: Scope = None) -> None:
@@ -54,13 +60,15 @@ class CgroupTargets:
         all_nodes = CPUSet(self.topology.numa_cpus)
         pods_exclusive: Dict[str, bool] = {}
         pushed = self.pushed
+        self.hooked = hooked = self.marks.pending()
         for listed, info in pairs:
             if listed.state != RUNNING or not listed.is_kubernetes:
                 continue
             assigned = state.get(listed.pod_uid, listed.name)
             exclusive = assigned is not None
             target = state.default if assigned is None else assigned
-            settled = scope is not None and listed.pod_uid not in scope and listed.id in pushed
+            forced = listed.id in hooked  # its cgroup is right, the runtime's record of it is not
+            settled = scope is not None and listed.pod_uid not in scope and listed.id in pushed and not forced
             if settled:
                 if pushed[listed.id] == target:
                     continue
@@ -70,7 +78,7 @@ class CgroupTargets:
             pods_exclusive[listed.pod_uid] = pods_exclusive.get(listed.pod_uid, False) or exclusive
             current = pushed[listed.id] if settled else self.cgroups.cpus(info.cgroup_path)
             known = current if current is not None else self.pushed.get(listed.id)
-            cpus = None if known == target else target
+            cpus = None if known == target and not forced else target
             if cpus is None:
                 self.pushed[listed.id] = target
             mems = quota = period = None
@@ -88,6 +96,8 @@ class CgroupTargets:
             shown = target if cpus is None else cpus
             if cpus is None:
                 why = "memory nodes or quota differ"
+            elif forced and known == target:
+                why = "the runtime's record of what the OCI hook set"
             elif not exclusive:
                 why = "shared pool is now %s (was %s)" % (target, "unknown" if known is None else known)
             elif self.pushed.get(listed.id) == target:  # it had them: something else changed its cpuset
@@ -131,6 +141,9 @@ class CgroupTargets:
                                     "container": action.container, "error": str(exc), "kind": "update"})
         plan.actions = [a for a in plan.actions if a not in failed]
         self._follow(plan, runtime)
+        if self.hooked:  # the runtime knows now, or the container is gone
+            done = {a.container_id for a in plan.actions if a.action == "update"} | set(plan.followers)
+            self.marks.clear(self.hooked & done | self.hooked - self.present)
         plan.applied = True
 
     def _follow(self, plan: Plan, runtime: Runtime) -> None:

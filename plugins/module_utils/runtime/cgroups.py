@@ -9,12 +9,15 @@ Paths are cgroupfs-form container cgroups (``/kubepods/pod<uid>/<id>``) relative
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional, Tuple
+import re
+from typing import Dict, Iterator, Optional, Tuple
 
 from ..errors import CPUSetError, StoreError
 from ..kubelet.cpuset import CPUSet
 
 DEFAULT_ROOT = "/sys/fs/cgroup"
+KUBEPODS_ROOTS = ("kubepods", "kubepods.slice")  # the kubelet's top cgroup: cgroupfs and systemd drivers
+_POD_DIR = re.compile(r"^(pod[0-9a-fA-F-]+|kubepods(-burstable|-besteffort)?-pod[0-9a-fA-F_]+\.slice)$")
 
 
 class CgroupFS:
@@ -45,9 +48,30 @@ class CgroupFS:
         except CPUSetError:
             return None
 
-    def cpus(self, path: str) -> Optional[CPUSet]:
-        """The container's cpuset (v1 ``cpuset.cpus``, v2 ``cpuset.cpus.effective``); None when unreadable."""
-        return self._set(path, "cpuset.cpus.effective" if self.v2 else "cpuset.cpus")
+    def cpus(self, path: str, configured: bool = False) -> Optional[CPUSet]:
+        """The container's cpuset (v1 ``cpuset.cpus``, v2 ``cpuset.cpus.effective``, or with ``configured`` what was
+        written: ``cpuset.cpus``, empty when never written); None when unreadable."""
+        return self._set(path, "cpuset.cpus.effective" if self.v2 and not configured else "cpuset.cpus")
+
+    def set_cpus(self, path: str, cpus: CPUSet) -> None:
+        """Write a container's ``cpuset.cpus`` (the OCI hook, before the container's process runs)."""
+        self._write(self.directory("cpuset", path), "cpuset.cpus", str(cpus))
+
+    def kubepods_leaves(self) -> Iterator[str]:
+        """The leaf cgroups below the kubelet's ``kubepods`` (cgroupfs driver) or ``kubepods.slice`` (systemd): the
+        containers' (and sandboxes') cgroups, as paths relative to the mount point."""
+        top = self.directory("cpuset", "/")
+        stack = [os.path.join(top, root) for root in KUBEPODS_ROOTS]
+        while stack:
+            path = stack.pop()
+            try:
+                children = [entry.path for entry in os.scandir(path) if entry.is_dir(follow_symlinks=False)]
+            except OSError:
+                continue
+            if children:
+                stack.extend(children)
+            elif _POD_DIR.match(os.path.basename(os.path.dirname(path))):  # not an empty QoS or pod cgroup
+                yield "/" + os.path.relpath(path, top)
 
     def mems(self, path: str) -> Optional[CPUSet]:
         return self._set(path, "cpuset.mems.effective" if self.v2 else "cpuset.mems")
@@ -77,7 +101,11 @@ class CgroupFS:
             target, value = "cpu.max", "%s %d" % ("max" if quota < 0 else str(quota), period)
         else:
             target, value = "cpu.cfs_quota_us", str(quota)
-        name = os.path.join(self.directory("cpu", path), target)
+        self._write(self.directory("cpu", path), target, value)
+
+    @staticmethod
+    def _write(directory: str, target: str, value: str) -> None:
+        name = os.path.join(directory, target)
         try:
             with open(name, "w", encoding="utf-8") as handle:
                 handle.write(value)

@@ -171,3 +171,23 @@ def test_the_bytes_decide_whether_a_read_decodes_again(tmp_path):
     open(path, "wb").write(bytes(damaged))
     with pytest.raises(CheckpointError, match="checkpoint is corrupted"):
         mine.load()
+
+
+def test_the_lock_is_reentrant_within_a_holder(tmp_path):
+    """The OCI hook allocates (which locks) under the lock it took to decide: a nested locked() does not wait for
+    itself, and the lock is released only when the outermost block ends."""
+    path = str(tmp_path / "cpu_manager_state")
+    store = StateStore(path, lock_timeout=0.2)
+    with store.locked():
+        with store.locked():
+            assert store.save(CPUState("static", CPUSet.parse("0-3")))
+        child = os.fork()
+        if child == 0:  # still held after the inner block: another process times out
+            try:
+                with StateStore(path, lock_timeout=0.2).locked():
+                    os._exit(4)
+            except StoreError:
+                os._exit(3)
+        assert os.WEXITSTATUS(os.waitpid(child, 0)[1]) == 3
+    with StateStore(path, lock_timeout=0.2).locked():  # and free after the outer one
+        pass

@@ -8,6 +8,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import ManagerOptions
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.hook_marks import HookMarks
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.plan import Plan
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.targets import CgroupTargets
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroups import CgroupFS
@@ -86,3 +87,24 @@ def test_a_container_gone_before_its_update_is_skipped_and_a_failed_one_is_an_er
     targets.plan(failing, state, pairs[:1])
     targets.apply(failing, runtime)
     assert failing.actions == [] and failing.errors[0]["kind"] == "update"
+
+
+def test_a_container_the_hook_wrote_is_updated_through_the_runtime_once(tmp_path):
+    """The OCI hook wrote a container's cgroup itself: cgroupfs is right, the runtime's record is not. The next pass
+    updates it anyway, once, and drops its mark; a mark of a container that is gone is dropped too."""
+    targets, runtime, state, pairs, pinned, shared = setting(tmp_path)
+    targets = CgroupTargets(TOPO, targets.cgroups, ManagerOptions(), HookMarks(str(tmp_path / "state")))
+    runtime.write("cpuset", runtime.infos[pinned].cgroup_path, "cpuset.cpus", "1,5")  # what the hook wrote
+    runtime.write("cpuset", runtime.infos[shared].cgroup_path, "cpuset.cpus", "0,2-4,6-7")
+    gone = "c" * 64
+    targets.marks.mark([pinned, gone])
+    targets.forget_except({pinned, shared})
+    plan = Plan(state)
+    targets.plan(plan, state, pairs)
+    assert [(a.container_id, a.cpus, a.reason) for a in plan.actions] == [
+        (pinned, "1,5", "the runtime's record of what the OCI hook set")]
+    targets.apply(plan, runtime)
+    assert runtime.calls["update"] == 1 and targets.marks.pending() == frozenset()
+    again = Plan(state)
+    targets.plan(again, state, pairs)
+    assert again.actions == []

@@ -106,3 +106,23 @@ def test_what_cannot_be_read_is_none_and_a_failed_write_names_the_file(tmp_path,
     with pytest.raises(StoreError, match=r"cannot write 1000( 100000)? to .*/gone/cpu.(max|cfs_quota_us): No such file"):
         fs.set_quota("/kubepods/pod1/gone", 1000, 100000)
     assert os.path.isdir(container)
+
+
+def test_the_hook_writes_a_cpuset_and_reads_back_what_was_written(node):
+    """``set_cpus`` writes ``cpuset.cpus``; ``cpus(configured=True)`` reads it back (v2: empty until written, the
+    effective set is the kernel's answer)."""
+    fs, container, version = node
+    assert fs.cpus(container, configured=True) == (CPUSet() if version == 2 else CPUSet.parse("1-2"))
+    fs.set_cpus(container, CPUSet.parse("3,7"))
+    assert fs.cpus(container, configured=True) == CPUSet.parse("3,7")
+
+
+def test_the_container_cgroups_below_kubepods_are_its_leaves(node):
+    """Leaves whose parent is a pod cgroup: containers and sandboxes, for both drivers; an empty QoS or pod cgroup
+    is not one."""
+    fs, container, _version = node
+    top = fs.directory("cpuset", "/")
+    os.makedirs(os.path.join(top, "kubepods", "besteffort"), exist_ok=True)  # no pods in it
+    os.makedirs(os.path.join(top, "kubepods", "pod0c3d4e5f-0000-4000-8000-000000000001"), exist_ok=True)  # a pod without containers yet
+    os.makedirs(os.path.join(top, "system.slice", "containerd.service"), exist_ok=True)  # not the kubelet's
+    assert list(fs.kubepods_leaves()) == [container]

@@ -1,0 +1,166 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""What an OCI runtime hands a hook (runtime-spec ``runtime.md`` "State", ``config.md`` "Hooks"): the container's
+state on stdin (``id``, ``pid``, ``bundle``, ``annotations``) and its bundle's ``config.json``, read as the container
+model.
+
+runc runs a ``createRuntime`` hook during ``create``, after the container's cgroup exists and before its process
+runs its first instruction (it waits in ``runc init``). containerd's CRI (1.6, 1.7: tried) and CRI-O name the
+Kubernetes pod and container in the annotations; the CPU request is the spec's ``linux.resources.cpu`` as the kubelet
+asked for it, the QoS class the kubelet's cgroup parent (RUNTIME.md 3).
+
+Both inputs are hostile until parsed: each has a size limit and stdin a read timeout; anything malformed is a
+``HookInputError`` naming what was wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import time
+from typing import IO, Any, Dict, List, NamedTuple, Optional
+
+from ..errors import HookInputError, RuntimeOutputError
+from .cgroup_paths import cgroupfs_path, qos_from_cgroup
+from .model import ContainerInfo, check_container_id
+
+MAX_STATE_BYTES = 64 * 1024  # the OCI state: an ID, a PID, a path and the annotations
+MAX_CONFIG_BYTES = 4 * 1024 * 1024  # config.json: its environment and mounts are the large parts (tens of KiB)
+STATE_TIMEOUT = 2.0  # seconds for the runtime to write the state and close stdin
+CONTAINER, SANDBOX = "container", "sandbox"
+
+# (type, pod UID, pod name, namespace, container name) as containerd's CRI and CRI-O annotate them
+_ANNOTATIONS = (
+    ("io.kubernetes.cri.container-type", "io.kubernetes.cri.sandbox-uid", "io.kubernetes.cri.sandbox-name",
+     "io.kubernetes.cri.sandbox-namespace", "io.kubernetes.cri.container-name"),
+    ("io.kubernetes.cri-o.ContainerType", "io.kubernetes.pod.uid", "io.kubernetes.pod.name",
+     "io.kubernetes.pod.namespace", "io.kubernetes.container.name"),
+)
+
+
+class HookState(NamedTuple):
+    id: str
+    pid: int
+    bundle: str
+    annotations: Dict[str, str]
+
+
+class HookedContainer(NamedTuple):
+    """A Kubernetes container (or pod sandbox) being created, as its hook sees it."""
+
+    kind: str  # CONTAINER or SANDBOX
+    info: ContainerInfo  # the container model: identity, QoS, cgroup path and CPU request
+    spec_cpus: str  # the cpuset the spec asks for ("" when none: the kubelet's none policy, or no plugin answered)
+
+    @property
+    def ref(self) -> str:
+        return "%s/%s/%s (%s)" % (self.info.pod_namespace, self.info.pod_name, self.info.name, self.info.id[:12])
+
+
+def read_state(stream: IO[bytes], timeout: float = STATE_TIMEOUT) -> HookState:
+    """The OCI state the runtime writes on the hook's stdin: at most ``MAX_STATE_BYTES`` within ``timeout``."""
+    data = _read_limited(stream, MAX_STATE_BYTES, timeout)
+    doc = _json_object(data, "the OCI state on stdin")
+    cid, bundle, pid = doc.get("id"), doc.get("bundle"), doc.get("pid", 0)
+    annotations = doc.get("annotations") or {}
+    if not isinstance(cid, str) or not isinstance(bundle, str) or not os.path.isabs(bundle):
+        raise HookInputError("the OCI state on stdin has no container id or no absolute bundle path")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid < 0:
+        raise HookInputError("the OCI state on stdin has a bad pid %r" % (pid,))
+    if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):
+        raise HookInputError("the OCI state on stdin has annotations that are not strings")
+    return HookState(cid, pid, bundle, annotations)
+
+
+def read_config(bundle: str) -> Dict[str, Any]:
+    """The bundle's ``config.json`` (at most ``MAX_CONFIG_BYTES``)."""
+    path = os.path.join(bundle, "config.json")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise HookInputError("cannot read %s: %s" % (path, exc.strerror or exc)) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise HookInputError("%s is larger than %d bytes" % (path, MAX_CONFIG_BYTES))
+    return _json_object(data, path)
+
+
+def container(state: HookState, config: Dict[str, Any]) -> Optional[HookedContainer]:
+    """The Kubernetes container being created; None when the annotations do not name one (it passes untouched)."""
+    annotations = dict(config.get("annotations") or {}) if isinstance(config.get("annotations"), dict) else {}
+    annotations.update(state.annotations)
+    names = next((keys for keys in _ANNOTATIONS if keys[0] in annotations), None)
+    if names is None:
+        return None
+    kind, uid, pod_name, namespace, name = (annotations.get(key, "") for key in names)
+    if kind not in (CONTAINER, SANDBOX) or not uid or (kind == CONTAINER and not name):
+        return None
+    try:
+        check_container_id(state.id)
+    except RuntimeOutputError as exc:
+        raise HookInputError("the OCI state on stdin: %s" % exc) from None
+    linux = _object(config.get("linux"), "linux")
+    cpu = _object(_object(linux.get("resources"), "linux.resources").get("cpu"), "linux.resources.cpu")
+    memory = _object(_object(linux.get("resources"), "linux.resources").get("memory"), "linux.resources.memory")
+    spec_path = linux.get("cgroupsPath", "")
+    if not isinstance(spec_path, str):
+        raise HookInputError("linux.cgroupsPath of container %s is not a string" % state.id)
+    path = cgroupfs_path(spec_path) if spec_path else ""
+    qos = qos_from_cgroup(path.rsplit("/", 1)[0]) if path else ""
+    shares, quota, period, limit = (_number(cpu, "shares"), _number(cpu, "quota"), _number(cpu, "period"),
+                                    _number(memory, "limit"))
+    cpus = cpu.get("cpus", "")
+    info = ContainerInfo(state.id, uid, pod_name, namespace, name if kind == CONTAINER else "", 0, qos, path, shares,
+                         quota, period, limit, 0, 0)
+    return HookedContainer(kind, info, cpus if isinstance(cpus, str) else "")
+
+
+def _read_limited(stream: IO[bytes], limit: int, timeout: float) -> bytes:
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # an in-memory stream (io.UnsupportedOperation): nothing to wait for
+        data = stream.read(limit + 1)
+        if len(data) > limit:
+            raise HookInputError("the OCI state on stdin is larger than %d bytes" % limit) from None
+        return data
+    chunks: List[bytes] = []
+    size, deadline = 0, time.monotonic() + timeout
+    while True:
+        ready, _w, _x = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:  # the whole state within the timeout, not each read
+            raise HookInputError("no complete OCI state on stdin within %.0f s" % timeout)
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > limit:
+            raise HookInputError("the OCI state on stdin is larger than %d bytes" % limit)
+        chunks.append(chunk)
+
+
+def _json_object(data: bytes, what: str) -> Dict[str, Any]:
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise HookInputError("%s is not JSON: %s" % (what, exc)) from None
+    if not isinstance(doc, dict):
+        raise HookInputError("%s is not a JSON object" % what)
+    return doc
+
+
+def _object(value: Any, what: str) -> Dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise HookInputError("%s in config.json is not an object" % what)
+    return value
+
+
+def _number(section: Dict[str, Any], key: str) -> int:
+    value = section.get(key, 0)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise HookInputError("config.json: %s is not an integer: %r" % (key, value))
+    return value

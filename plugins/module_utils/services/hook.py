@@ -1,0 +1,154 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""``kubecpu hook``: the OCI ``createRuntime`` hook that makes pinning fail closed.
+
+The runtime runs it for every container it creates, after the container's cgroup exists and before its process
+runs its first instruction, and creates the container only when it exits 0. It decides as the agent and the NRI
+plugin do (the same state file, lock, policy, options and Topology Manager) and writes the container's cgroup
+itself:
+
+* a container holding exclusive CPUs in the state (the NRI plugin answered, or a restarted container): checked, and
+  written only when its cgroup differs;
+* a Guaranteed container with an integral CPU request and no entry: CPUs allocated under the state lock, written
+  into its cgroup, and every other container cgroup below ``kubepods`` that overlaps them moved to the shared pool
+  that is left (so the new container never shares a CPU);
+* every other container: the current shared pool.
+
+It cannot decide correctly (no free CPUs, the state unreadable or corrupt, the lock not free within ``LOCK_TIMEOUT``)
+-> ``HookRefusal``: the CLI exits 1 with one line naming the container and the cause, the runtime refuses to create
+the container, the kubelet reports ``CreateContainerError`` and retries; nothing runs unpinned. A container the
+annotations do not name as a Kubernetes container passes untouched; so does everything under the ``none`` policy.
+
+The cgroups it writes are marked (``node.hook_marks``) so that the next pass of the agent or the plugin brings the
+runtime's own record in line. The check path reads two small files and one cgroup file; only an allocation imports
+the policy and discovers the topology.
+
+Where it differs from the agent: it sees one container, so a pod's init containers' CPUs are not reused for its app
+containers (the agent and the plugin, which see the whole pod, do reuse them), and the Topology Manager's pod scope
+is decided per container.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import IO, List, NamedTuple, Optional
+
+from ..errors import AllocationError, HookInputError, KubecpuError
+from ..kubelet.cpuset import CPUSet
+from ..kubelet.state import CPUState
+from ..node.config import NodeConfig
+from ..node.hook_marks import HookMarks
+from ..node.state_store import StateStore
+from ..runtime.cgroups import CgroupFS
+from ..runtime.oci_hook import CONTAINER, HookedContainer, container, read_config, read_state
+
+LOCK_TIMEOUT = 2.0  # seconds for the state lock: well within the runtime's hook timeout (the role writes 10 s)
+_CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
+
+
+class HookRefusal(KubecpuError):
+    """The hook cannot place the container correctly: the runtime must not create it."""
+
+
+class HookResult(NamedTuple):
+    action: str  # passed (not ours), checked (already right), set (its cgroup written), allocated
+    container: str  # namespace/pod/container (ID), "" when passed
+    cpus: str
+    moved: int = 0  # other containers moved off newly exclusive CPUs
+
+    def to_dict(self) -> dict:  # type: ignore[type-arg]
+        return dict(self._asdict())
+
+
+class Hook:
+    def __init__(self, config: NodeConfig, lock_timeout: float = LOCK_TIMEOUT) -> None:
+        self.config = config
+        self.cgroups = CgroupFS(config.cgroup_root)
+        self.store = StateStore(config.state_path, config.policy, read_only=config.read_only or None,
+                                lock_timeout=lock_timeout, kubelet=config.kubelet)
+        self.marks = HookMarks.beside(self.store)
+
+    def run(self, stdin: IO[bytes]) -> HookResult:
+        state = read_state(stdin)
+        hooked = container(state, read_config(state.bundle))
+        if hooked is None or self.config.policy != "static":
+            return HookResult("passed", "", "")
+        try:
+            return self.place(hooked)
+        except HookRefusal:
+            raise
+        except KubecpuError as exc:
+            raise HookRefusal("container %s not created: %s" % (hooked.ref, exc)) from None
+
+    def place(self, hooked: HookedContainer) -> HookResult:
+        if not hooked.info.cgroup_path:
+            raise HookInputError("its config.json has no linux.cgroupsPath")
+        current = self.cgroups.cpus(hooked.info.cgroup_path, configured=True)  # what runc wrote from the spec
+        target = self._target(hooked, self.store.load())
+        if target is not None and current == target:
+            return HookResult("checked", hooked.ref, str(target))
+        with self.store.locked():  # a write: decided again on the state as it is under the lock
+            state = self.store.load()
+            target = self._target(hooked, state)
+            if target is None:
+                if state is None and not self._exclusive_count(hooked):
+                    return HookResult("passed", hooked.ref, "")  # no state: nothing is exclusive anywhere
+                return self._allocate(hooked)
+            self.cgroups.set_cpus(hooked.info.cgroup_path, target)
+            self.marks.mark([hooked.info.id])
+            return HookResult("set", hooked.ref, str(target))
+
+    def _target(self, hooked: HookedContainer, state: Optional[CPUState]) -> Optional[CPUSet]:
+        """Its exclusive CPUs, else the shared pool when it needs none; None when it needs an allocation (or there
+        is no state)."""
+        if state is None:
+            return None
+        held = state.get(hooked.info.pod_uid, hooked.info.name) if hooked.kind == CONTAINER else None
+        if held is not None:
+            return held
+        return None if self._exclusive_count(hooked) else state.default
+
+    @staticmethod
+    def _exclusive_count(hooked: HookedContainer) -> int:
+        from ..node.pod_views import lone_pod  # noqa: PLC0415  # the check path does not need the pod model
+
+        return lone_pod(hooked.info).guaranteed_cpus(hooked.info.name) if hooked.kind == CONTAINER else 0
+
+    def _allocate(self, hooked: HookedContainer) -> HookResult:
+        """Under the lock: the policy's allocation recorded, the cgroup written, the overlapping containers moved."""
+        from ..node.factory import build_policy, check_kubelet_policy, check_reservation, load_topology  # noqa: PLC0415
+        from ..node.manager import NodeManager  # noqa: PLC0415  # only an allocation needs the policy
+        from ..node.pod_views import lone_pod  # noqa: PLC0415
+
+        config = self.config
+        check_kubelet_policy(config.kubelet_state_path, config.force)
+        topology = load_topology(config)
+        policy = build_policy(topology, config.policy, config.reserved_cpus, config.num_reserved,
+                              config.policy_options, kubelet_minor=config.kubelet.minor)
+        check_reservation(policy)
+        manager = NodeManager(topology, policy, self.store, None, cgroups=self.cgroups, options=config.options)
+        try:
+            plan = manager.allocate_pod(lone_pod(hooked.info), hooked.info.name)
+        except AllocationError as exc:
+            raise HookRefusal("container %s not created: no exclusive CPUs for it: %s" % (hooked.ref, exc)) from None
+        held = plan.after.get(hooked.info.pod_uid, hooked.info.name)
+        if held is None:  # the policy gave it none after all (not Guaranteed as the model says): the shared pool
+            held = plan.after.default
+        self.cgroups.set_cpus(hooked.info.cgroup_path, held)
+        moved = self._move_overlapping(hooked, held, plan.after.default)
+        self.marks.mark([hooked.info.id] + moved)
+        return HookResult("allocated", hooked.ref, str(held), len(moved))
+
+    def _move_overlapping(self, hooked: HookedContainer, exclusive: CPUSet, pool: CPUSet) -> List[str]:
+        """Every other container cgroup on ``exclusive`` to ``pool``; the IDs of those moved."""
+        moved = []
+        for path in self.cgroups.kubepods_leaves():
+            if path == hooked.info.cgroup_path:
+                continue
+            have = self.cgroups.cpus(path, configured=True) or self.cgroups.cpus(path)  # empty: the parent's
+            if have is not None and have.intersection(exclusive):
+                self.cgroups.set_cpus(path, pool)
+                found = _CONTAINER_ID.search(path.rsplit("/", 1)[-1])
+                if found:
+                    moved.append(found.group(0))
+        return moved

@@ -1,0 +1,200 @@
+"""Fail-closed pinning on real runtimes: ``bin/kubecpu hook`` installed as an OCI createRuntime hook through the CRI
+runtime handler's ``base_runtime_spec`` (the spec ``ctr oci spec`` prints, with the hook), on containerd 1.6 (no NRI)
+and containerd 1.7.24 with NRI enabled, the NRI plugin down and then up.
+
+Each container's first command prints its ``Cpus_allowed_list``: what it ran its first instruction on. The hook runs
+through a wrapper that logs what it answered and the state file's identity before and after."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.waits import until
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
+FIRST_LINE = ["/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status; exec sleep 100000"]
+WRAPPER = r'''import json, os, subprocess, sys
+def stamp(path):
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return [found.st_ino, found.st_mtime_ns]
+state = sys.stdin.buffer.read()
+before = stamp(%(state)r)
+proc = subprocess.run(%(argv)r, input=state, capture_output=True, env=dict(os.environ, KUBECPU_PYTHON=sys.executable))
+with open(%(log)r, "a") as log:
+    log.write(json.dumps({"rc": proc.returncode, "out": proc.stdout.decode(), "err": proc.stderr.decode(),
+                          "before": before, "after": stamp(%(state)r)}) + "\n")
+sys.stderr.write(proc.stderr.decode())
+sys.exit(proc.returncode)
+'''
+
+
+class HookedLab:
+    """A containerd whose every container starts through the hook; the hook's state and log in ``directory``."""
+
+    def __init__(self, lab_module, directory, python, binaries=None, nri=False):
+        self.dir = directory
+        self.state = os.path.join(directory, "state")
+        self.log = os.path.join(directory, "hook.log")
+        ctr = os.path.join(binaries, "ctr") if binaries else "ctr"
+        spec = json.loads(subprocess.run([ctr, "oci", "spec"], capture_output=True, text=True, check=True).stdout)
+        argv = [python, KUBECPU, "hook", "--state", self.state, "--reserved-cpus", "0", "--kubelet-state",
+                os.path.join(directory, "no-kubelet-state")]
+        wrapper = os.path.join(directory, "hook-wrapper.py")
+        with open(wrapper, "w", encoding="utf-8") as handle:
+            handle.write(WRAPPER % {"state": self.state, "argv": argv, "log": self.log})
+        spec["hooks"] = {"createRuntime": [{"path": python, "args": [python, wrapper], "timeout": 20}]}
+        base = os.path.join(directory, "base-spec.json")
+        with open(base, "w", encoding="utf-8") as handle:
+            json.dump(spec, handle)
+        self.lab = lab_module.Lab(binaries=binaries, nri=nri, base_spec=base)
+        self.made = []
+
+    def pod(self, name, qos, millicpu):
+        made = self.lab.run_pod(name, qos, [{"name": "app", "cpu": millicpu, "command": FIRST_LINE}])
+        self.made.append(made)
+        return made
+
+    def refused(self, name, qos, millicpu):
+        """The runtime's error for a pod whose container the hook refuses (the sandbox is removed again)."""
+        before = {p.id for p in self.lab.cri.list_pods()}
+        with pytest.raises(Exception) as failure:  # noqa: PT011  # the CRI client's error, whatever its class
+            self.lab.run_pod(name, qos, [{"name": "app", "cpu": millicpu, "command": FIRST_LINE}])
+        for item in self.lab.cri.list_pods():
+            if item.id not in before:
+                self.lab.cri.remove_pod_sandbox(item.id)
+        return str(failure.value)
+
+    def answers(self):
+        """What the hook answered, container by container (its JSON result, or its error line)."""
+        with open(self.log, encoding="utf-8") as handle:
+            return [json.loads(line) for line in handle]
+
+    def reconcile(self):
+        """One pass of the agent on the same state (what the event-driven loop does next)."""
+        done = subprocess.run([sys.executable, KUBECPU, "reconcile", "--runtime", "cri", "--runtime-endpoint",
+                               self.lab.endpoint, "--state", self.state, "--reserved-cpus", "0", "--kubelet-state",
+                               os.path.join(self.dir, "no-kubelet-state")], capture_output=True, text=True,
+                              check=False, env=dict(os.environ, KUBECPU_PYTHON=sys.executable))
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def clean(self):
+        for item in self.made:
+            self.lab.remove_pod(item)
+        self.made = []
+        for name in os.listdir(self.dir):
+            if name.startswith("state"):
+                subprocess.run(["rm", "-rf", os.path.join(self.dir, name)], check=True)
+        if os.path.exists(self.log):
+            os.unlink(self.log)
+
+
+@pytest.fixture(scope="module", params=["containerd 1.6", "containerd 1.7.24 NRI"])
+def hooked(request, tmp_path_factory, bare_python):
+    import lab as lab_module  # noqa: PLC0415  # conftest put scripts/ on the path
+
+    binaries = None
+    if request.param.endswith("NRI"):
+        binaries = subprocess.run(["bash", os.path.join(ROOT, "scripts", "containerd-nri.sh")], capture_output=True,
+                                  text=True, check=True, timeout=600).stdout.strip().splitlines()[-1]
+    made = HookedLab(lab_module, str(tmp_path_factory.mktemp("hook")), bare_python, binaries, bool(binaries))
+    with made.lab:
+        yield made
+
+
+@pytest.fixture
+def node(hooked):
+    yield hooked
+    hooked.clean()
+
+
+def first_line(pod, timeout=20):
+    path = os.path.join(pod["sandbox"]["log_directory"], "app", "0.log")
+
+    def line():
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                text = handle.readline()
+            if text.endswith("\n"):
+                return text.split(" F ", 1)[1].split(":", 1)[1].strip()
+        return None
+    return until(line, "%s printed its CPUs" % pod["name"], timeout)
+
+
+def test_without_a_plugin_every_container_starts_on_the_cpus_it_may_use(node):
+    """No plugin (containerd 1.6 has no NRI; on 1.7.24 none is registered): the Burstable container started first
+    runs on every CPU; the Guaranteed one's first instruction is on its exclusive CPU, and the Burstable one is moved
+    off it before that; a later Burstable one starts on the shared pool left."""
+    web = node.pod("web", "Burstable", 250)
+    assert first_line(web) == "0-1"  # nothing is exclusive yet
+    app = node.pod("app", "Guaranteed", 1000)
+    assert first_line(app) == "1"
+    assert node.lab.allowed_cpus(web["containers"]["app"]) == "0"  # moved before app ran
+    late = node.pod("late", "Burstable", 500)
+    assert first_line(late) == "0"
+    answers = [json.loads(a["out"]) for a in node.answers()]
+    assert [a["action"] for a in answers] == ["passed", "allocated", "set"]
+    assert answers[1]["cpus"] == "1" and answers[2]["cpus"] == "0"
+    assert answers[1]["moved"] == 3  # web's container and the two pods' sandboxes (pause) were on CPU 1 too
+
+
+def test_the_next_agent_pass_brings_the_runtimes_record_in_line(node):
+    app = node.pod("app", "Guaranteed", 1000)
+    assert first_line(app) == "1"
+    cid = app["containers"]["app"]
+    plan = node.reconcile()
+    updates = [a for a in plan["actions"] if a["action"] == "update" and a["container_id"] == cid]
+    assert [a["reason"] for a in updates] == ["the runtime's record of what the OCI hook set"]
+    spec = node.lab.cri.status_info(cid)["runtimeSpec"]["linux"]["resources"]["cpu"]
+    assert spec["cpus"] == "1" and os.listdir(node.state + ".hooked") == []
+    assert [a for a in node.reconcile()["actions"] if a["action"] == "update"] == []  # once
+
+
+def test_no_free_cpu_refuses_the_container_until_one_is_released(node):
+    first = node.pod("first", "Guaranteed", 1000)
+    assert first_line(first) == "1"
+    error = node.refused("second", "Guaranteed", 1000)
+    assert "not created: no exclusive CPUs" in error and "lab/second/app" in error, error
+    node.lab.remove_pod(first)
+    node.made.remove(first)
+    node.reconcile()  # the loop's pass releases the removed pod's CPU
+    again = node.pod("second", "Guaranteed", 1000)
+    assert first_line(again) == "1"
+
+
+def test_a_corrupt_state_refuses_creation_and_is_kept(node):
+    node.pod("app", "Guaranteed", 1000)
+    with open(node.state, "w", encoding="utf-8") as handle:
+        handle.write('{"policyName": "static", "defaultCpuSet": "0", "checksum": 12')
+    before = open(node.state, "rb").read()
+    error = node.refused("web", "Burstable", 250)
+    assert "not created" in error and node.state in error, error
+    assert open(node.state, "rb").read() == before
+
+
+def test_with_the_plugin_up_the_hook_only_checks(node, bare_python, tmp_path):
+    if not node.lab.nri:
+        pytest.skip("containerd 1.6 has no NRI")
+    argv = [KUBECPU, "nri", "--socket", node.lab.nri_socket, "--state", node.state, "--reserved-cpus", "0",
+            "--kubelet-state", os.path.join(node.dir, "no-kubelet-state"), "--metrics-path", str(tmp_path / "m.prom")]
+    plugin = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env=dict(os.environ, KUBECPU_PYTHON=bare_python))
+    try:
+        until(lambda: os.path.exists(tmp_path / "m.prom"), "the plugin registered and synchronized", 30)
+        app = node.pod("app", "Guaranteed", 1000)
+        assert first_line(app) == "1"
+        answer = node.answers()[-1]
+        assert json.loads(answer["out"])["action"] == "checked"  # the plugin had placed it
+        assert answer["before"] == answer["after"] is not None  # and the hook wrote nothing
+    finally:
+        plugin.send_signal(signal.SIGTERM)
+        plugin.wait(timeout=30)

@@ -1,0 +1,187 @@
+"""What an OCI runtime hands a createRuntime hook, read as the container model: the state on stdin (runtime-spec
+runtime.md "State") and the bundle's config.json, as containerd's CRI (1.6 and 1.7, copied from what they wrote) and
+CRI-O annotate them. Everything malformed is a HookInputError naming what was wrong; nothing else escapes."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+import time
+
+import pytest
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import HookInputError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.pod import BURSTABLE, GUARANTEED
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.oci_hook import (
+    CONTAINER, MAX_CONFIG_BYTES, MAX_STATE_BYTES, SANDBOX, HookState, container, read_config, read_state)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+CID = "dfcea0cbe4e2d85dcf677a71e69078316d2a9dcaee2a0a9656f819a9f9ede781"
+UID = "29588252-f547-4cc8-86c8-f905f933ae0a"
+CONTAINERD = {  # what containerd 1.6.20 and 1.7.24 put in the state (and config.json) of a pod's container
+    "io.kubernetes.cri.container-name": "app", "io.kubernetes.cri.container-type": "container",
+    "io.kubernetes.cri.image-name": "localhost/busybox:1.35.0", "io.kubernetes.cri.sandbox-id": "e5" * 32,
+    "io.kubernetes.cri.sandbox-name": "probe", "io.kubernetes.cri.sandbox-namespace": "lab",
+    "io.kubernetes.cri.sandbox-uid": UID}
+CRIO = {"io.kubernetes.cri-o.ContainerType": "container", "io.kubernetes.pod.uid": UID,
+        "io.kubernetes.pod.name": "probe", "io.kubernetes.pod.namespace": "lab", "io.kubernetes.container.name": "app"}
+
+
+def pipe(data: bytes):
+    """A real pipe with ``data`` written and the write end closed, as runc hands the hook its stdin."""
+    read_fd, write_fd = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(write_fd, data) if data else None, os.close(write_fd)))
+    writer.start()
+    return os.fdopen(read_fd, "rb"), writer
+
+
+def state_doc(**changes):
+    doc = {"ociVersion": "1.0.2-dev", "id": CID, "status": "creating", "pid": 29409, "bundle": "/run/b/" + CID,
+           "annotations": CONTAINERD}
+    doc.update(changes)
+    return doc
+
+
+def config_doc(path="/kubepods/pod%s/%s" % (UID, CID), cpu=None, memory=None):
+    cpu = {"shares": 1024, "quota": 100000, "period": 100000} if cpu is None else cpu
+    return {"ociVersion": "1.0.2-dev", "annotations": CONTAINERD,
+            "linux": {"cgroupsPath": path, "resources": {"cpu": cpu, "memory": memory or {"limit": 67108864}}}}
+
+
+def test_the_state_on_stdin_is_read_from_a_pipe():
+    stream, writer = pipe(json.dumps(state_doc()).encode())
+    state = read_state(stream)
+    writer.join()
+    assert state == HookState(CID, 29409, "/run/b/" + CID, CONTAINERD)
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"", "is not JSON"),
+    (b"{", "is not JSON"),
+    (b"[]", "is not a JSON object"),
+    (json.dumps(state_doc(id=None)).encode(), "no container id"),
+    (json.dumps(state_doc(bundle="relative/dir")).encode(), "no absolute bundle path"),
+    (json.dumps(state_doc(pid=-1)).encode(), "bad pid"),
+    (json.dumps(state_doc(pid=True)).encode(), "bad pid"),
+    (json.dumps(state_doc(annotations={"a": 1})).encode(), "annotations that are not strings"),
+    (json.dumps(state_doc(annotations=["a"])).encode(), "annotations that are not strings"),
+    (b" " * (MAX_STATE_BYTES + 1), "larger than"),
+])
+def test_a_bad_state_is_named(data, message):
+    stream, writer = pipe(data)
+    with pytest.raises(HookInputError, match=message):
+        read_state(stream)
+    stream.close()
+    writer.join()
+
+
+def test_a_runtime_that_never_closes_stdin_is_given_up_on():
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(read_fd, "rb") as stream, pytest.raises(HookInputError, match="no complete OCI state"):
+        read_state(stream, timeout=0.05)
+    os.close(write_fd)
+
+
+def test_a_peer_that_dribbles_is_given_up_on_at_the_timeout_not_per_read():
+    """A byte every 20 ms never lets a read time out; the whole state still has its deadline."""
+    read_fd, write_fd = os.pipe()
+    stop = threading.Event()
+
+    def dribble():
+        while not stop.wait(0.02):
+            os.write(write_fd, b" ")
+
+    writer = threading.Thread(target=dribble)
+    writer.start()
+    started = time.monotonic()
+    try:
+        with os.fdopen(read_fd, "rb") as stream, pytest.raises(HookInputError, match="no complete OCI state"):
+            read_state(stream, timeout=0.3)
+    finally:
+        stop.set()
+        writer.join()
+        os.close(write_fd)
+    assert time.monotonic() - started < 2
+
+
+def test_config_json_is_read_with_a_limit(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(config_doc()))
+    assert read_config(str(tmp_path))["linux"]["cgroupsPath"].startswith("/kubepods/")
+    (tmp_path / "config.json").write_bytes(b" " * (MAX_CONFIG_BYTES + 1))
+    with pytest.raises(HookInputError, match="larger than"):
+        read_config(str(tmp_path))
+    with pytest.raises(HookInputError, match=r"cannot read .*nowhere/config\.json"):
+        read_config(str(tmp_path / "nowhere"))
+
+
+@pytest.mark.parametrize("annotations, path, qos, kind, name", [
+    (CONTAINERD, "/kubepods/pod%s/%s" % (UID, CID), GUARANTEED, CONTAINER, "app"),
+    (CRIO, "/kubepods/burstable/pod%s/crio-%s" % (UID, CID), BURSTABLE, CONTAINER, "app"),
+    (dict(CONTAINERD, **{"io.kubernetes.cri.container-type": "sandbox"}), "/kubepods/pod%s/%s" % (UID, CID),
+     GUARANTEED, SANDBOX, ""),
+])
+def test_a_kubernetes_container_is_known_by_its_annotations(annotations, path, qos, kind, name):
+    found = container(HookState(CID, 1, "/b", annotations), config_doc(path))
+    assert (found.kind, found.info.qos, found.info.name, found.info.pod_uid) == (kind, qos, name, UID)
+    assert found.info.cgroup_path == path and found.info.requested_milli() == 1000
+    assert found.ref == "lab/probe/%s (%s)" % (name, CID[:12])
+
+
+def test_the_systemd_drivers_path_is_expanded_and_its_qos_read():
+    spec = "kubepods-burstable-pod%s.slice:cri-containerd:%s" % (UID.replace("-", "_"), CID)
+    found = container(HookState(CID, 1, "/b", CONTAINERD), config_doc(spec, cpu={"shares": 256, "cpus": "2-3"}))
+    assert found.info.cgroup_path == ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice/"
+                                      "cri-containerd-%s.scope" % (UID.replace("-", "_"), CID))
+    assert found.info.qos == BURSTABLE and found.info.requested_milli() == 250 and found.spec_cpus == "2-3"
+
+
+@pytest.mark.parametrize("annotations", [
+    {},  # podman, ctr, docker: not Kubernetes
+    {"io.kubernetes.cri.container-type": "container"},  # no pod
+    dict(CONTAINERD, **{"io.kubernetes.cri.container-type": "something"}),
+    dict(CONTAINERD, **{"io.kubernetes.cri.container-name": ""}),
+])
+def test_what_is_not_a_kubernetes_container_passes(annotations):
+    assert container(HookState(CID, 1, "/b", annotations), dict(config_doc(), annotations={})) is None
+
+
+@pytest.mark.parametrize("config, message", [
+    (dict(config_doc(), linux=[]), "linux in config.json is not an object"),
+    (config_doc(cpu={"quota": "100000"}), "quota is not an integer"),
+    (config_doc(cpu={"shares": 1.5}), "shares is not an integer"),
+    (config_doc(memory={"limit": True}), "limit is not an integer"),
+    ({"linux": {"cgroupsPath": 7}}, "cgroupsPath .* is not a string"),
+    ({"linux": {"resources": {"cpu": []}}}, "linux.resources.cpu in config.json is not an object"),
+])
+def test_a_bad_config_is_named(config, message):
+    with pytest.raises(HookInputError, match=message):
+        container(HookState(CID, 1, "/b", CONTAINERD), config)
+
+
+def test_a_container_id_that_cannot_be_a_path_is_refused():
+    with pytest.raises(HookInputError, match="invalid container ID"):
+        container(HookState("../../etc", 1, "/b", CONTAINERD), config_doc())
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                max_size=4), max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(linux=JSON, annotations=st.dictionaries(st.sampled_from(sorted(CONTAINERD) + sorted(CRIO)),
+                                               st.text(max_size=10), max_size=8))
+def test_any_config_is_a_container_none_or_a_hook_input_error(linux, annotations):
+    """Whatever config.json holds: a container, None, or HookInputError, never another exception."""
+    try:
+        container(HookState(CID, 1, "/b", annotations), {"linux": linux})
+    except HookInputError:
+        pass
+
+
+def test_an_in_memory_stdin_is_read_with_the_same_limit():
+    assert read_state(io.BytesIO(json.dumps(state_doc()).encode())).id == CID
+    with pytest.raises(HookInputError, match="larger than"):
+        read_state(io.BytesIO(b" " * (MAX_STATE_BYTES + 1)))
