@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 import os
 
+from unittest import mock
+
 import pytest
+from ansible.module_utils import _internal as ansible_internal
 
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import encode
@@ -32,7 +35,10 @@ def node(tmp_path):
 
 def run(module, args, capsys, check_mode=False, diff=False):
     args = dict(args, _ansible_check_mode=check_mode, _ansible_diff=diff)
-    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
+    # as on a managed node: a test that imported controller code in this worker (the action plugin's) makes
+    # ansible-core send module warnings to the controller's display instead of the result
+    with patch_module_args(args), pytest.raises(SystemExit) as exit_info, \
+            mock.patch.object(ansible_internal, "is_controller", False):
         module.main()
     result = json.loads(capsys.readouterr().out)
     result["rc"] = exit_info.value.code
