@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import IO, Any, Dict, List, Optional, Sequence, TextIO, cast
+from typing import Any, Dict, List, Optional, Sequence, TextIO
 
-from ..errors import ConfigError, KubecpuError, PodSpecError, StateError, UsageError
+from ..errors import PodSpecError, StateError, UsageError
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.discovery import discover
 from ..kubelet.hints import container_hints, hints_document, pod_hints
@@ -25,7 +25,6 @@ from ..kubelet.policy import Policy, check_numa_nodes, plan
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology, parse_numa_distances
 from ..kubelet.topology_manager import TopologyManager, parse_policy_options, parse_providers
-from ..node.config import NodeConfig
 from ..node.factory import build_manager, build_policy, check_cpus_known
 from ..node.manager import NodeManager
 from ..node.metrics import Metrics
@@ -35,7 +34,8 @@ from ..operations.defrag import defrag_config
 from ..operations.demo import run_demo
 from ..runtime.watch import Waker, open_watch
 from ..services.agent import Agent, say
-from .cli_args import build_parser, config_arguments
+from .cli_args import build_parser, feature_gates, node_config, run_command
+from .hook_cli import cmd_hook
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
@@ -62,7 +62,7 @@ def _has_topology(args: argparse.Namespace) -> bool:
 
 def _policy_for(args: argparse.Namespace, topo: Topology) -> Policy:
     return build_policy(topo, args.policy, args.reserved_cpus, args.num_reserved, parse_option_args(args.option),
-                        what="--reserved-cpus", kubelet_minor=_node_config(args).kubelet.minor)
+                        what="--reserved-cpus", kubelet_minor=node_config(args).kubelet.minor)
 
 
 def _affinity(topo: Topology, nodes: Optional[CPUSet]) -> Optional[List[int]]:
@@ -81,7 +81,7 @@ def cmd_topology(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: Text
 
 def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     topo = load_topology(args, stdin)
-    kubelet = kubelet_version(args.kubelet_version, _gates(args.feature_gate))
+    kubelet = kubelet_version(args.kubelet_version, feature_gates(args.feature_gate))
     options = parse_options(parse_option_args(args.option))._replace(kubelet_minor=kubelet.minor)
     check_cpus_known(topo, args.available, "--available")
     cpus = plan(topo, options, args.available, args.count, _affinity(topo, args.numa_affinity))
@@ -131,18 +131,7 @@ def _read_json(path: str, what: str, stdin: TextIO) -> Any:
 
 def _store(args: argparse.Namespace, policy_name: str) -> StateStore:
     return StateStore(args.state, policy_name, read_only=args.read_only or None,
-                      kubelet_stopped=getattr(args, "kubelet_stopped", False), kubelet=_node_config(args).kubelet)
-
-
-def _gates(flags: Sequence[str]) -> Dict[str, str]:
-    """``--feature-gate NAME=BOOL`` flags (their values are the configuration's to check)."""
-    gates = {}
-    for flag in flags:
-        name, sep, value = flag.partition("=")
-        if not sep:
-            raise UsageError('--feature-gate %s: expected NAME=true or NAME=false' % flag)
-        gates[name] = value
-    return gates
+                      kubelet_stopped=getattr(args, "kubelet_stopped", False), kubelet=node_config(args).kubelet)
 
 
 def _start(policy: Policy, state: CPUState, store: StateStore) -> None:
@@ -153,7 +142,7 @@ def _start(policy: Policy, state: CPUState, store: StateStore) -> None:
 
 
 def _manager(args: argparse.Namespace, topo: Topology) -> NodeManager:
-    config = _node_config(args)
+    config = node_config(args)
     policy = _policy_for(args, topo)
     return NodeManager(topo, policy, _store(args, policy.name), options=config.options)
 
@@ -179,21 +168,8 @@ def cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextI
 
 
 # flag destination -> setting name, where they differ
-_SETTING_NAMES = {"state": "state_path", "topology": "topology_path", "crictl": "crictl_path",
-                  "kubelet_state": "kubelet_state_path", "cache": "cache_path"}
-
-
-def _node_config(args: argparse.Namespace) -> NodeConfig:
-    """The flags as the node's settings (``NodeConfig`` validates each)."""
-    values = {_SETTING_NAMES.get(name, name): value for name, value in vars(args).items()}
-    values["policy_options"] = parse_option_args(getattr(args, "option", []))
-    values["topology_manager_policy_options"] = parse_option_args(getattr(args, "topology_manager_option", []))
-    values["feature_gates"] = _gates(getattr(args, "feature_gate", []))
-    return NodeConfig.from_mapping(values)
-
-
 def cmd_reconcile(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
-    config = _node_config(args)
+    config = node_config(args)
     topo = load_topology(args, stdin)
     manager = build_manager(config, with_runtime=True, topology=topo)
     if args.loop:
@@ -235,7 +211,7 @@ def cmd_nri(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -
     from ..services.nri_plugin import NRIPlugin, NRIView  # noqa: PLC0415  # only this command imports it
 
     view = NRIView()
-    manager = build_manager(_node_config(args), with_runtime=True, topology=load_topology(args, stdin), runtime=view)
+    manager = build_manager(node_config(args), with_runtime=True, topology=load_topology(args, stdin), runtime=view)
     plugin = NRIPlugin(manager, view, err, socket_path=args.socket, name=args.plugin_name, index=args.plugin_index,
                        metrics_path=args.metrics_path)
     return plugin.run()
@@ -245,7 +221,7 @@ def cmd_state(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO)
     if args.rebuild:
         if args.reset:
             raise UsageError("--rebuild and --reset exclude each other")
-        target = CheckpointFile(_node_config(args), kubelet_stopped=args.kubelet_stopped,
+        target = CheckpointFile(node_config(args), kubelet_stopped=args.kubelet_stopped,
                                 topology=load_topology(args, stdin))
         result = target.run("rebuild", apply=not args.check)
         for problem in result["errors"]:
@@ -273,7 +249,7 @@ def cmd_state(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO)
 
 def cmd_defrag(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     """Live on kubecpu's own state; on a read-only one (the kubelet's) the plan and the checkpoint to write."""
-    config = _node_config(args)
+    config = node_config(args)
     plan, rewritten = defrag_config(config, check=args.check, max_moves=args.max_moves,
                                     topology=load_topology(args, stdin))
     doc = plan.to_dict()
@@ -283,15 +259,6 @@ def cmd_defrag(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO
                   "(kubecpu.cpu_manager.cpu_manager_checkpoint action=write push=true)\n" % config.state_path)
     _emit(out, doc)
     return 1 if plan.errors else 0
-
-
-def cmd_hook(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
-    """The OCI hook: 0 when the container may be created (its cgroup on its CPUs), 1 with one line when not."""
-    from ..services.hook import Hook  # noqa: PLC0415  # only this command imports it
-
-    result = Hook(_node_config(args), args.lock_timeout).run(cast(IO[bytes], getattr(stdin, "buffer", stdin)))
-    _emit(out, result.to_dict())
-    return 0
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
@@ -306,20 +273,4 @@ COMMANDS = {"topology": cmd_topology, "plan": cmd_plan, "hints": cmd_hints, "mer
 
 def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
          stdin: TextIO = sys.stdin) -> int:
-    try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        if getattr(args, "config", None):
-            given = list(sys.argv[1:] if argv is None else argv)
-            rest = given[given.index(args.command) + 1:]
-            args = parser.parse_args([args.command] + config_arguments(args.config) + rest)
-        return COMMANDS[args.command](args, out, err, stdin)
-    except ConfigError as exc:
-        err.write("%s\n" % exc)
-        return 2
-    except KubecpuError as exc:
-        err.write("%s\n" % exc)
-        return 1
-    except KeyboardInterrupt:
-        err.write("interrupted\n")
-        return 130
+    return run_command(build_parser(), COMMANDS, argv, out=out, err=err, stdin=stdin)

@@ -1,25 +1,28 @@
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
 """``kubecpu``'s command line: the sub-commands, their flags and how each flag's text is parsed (a bad flag is a
-``UsageError``, exit 2), and the JSON configuration file read as flags. The commands themselves are ``cli``'s."""
+``UsageError``, exit 2), the JSON configuration file read as flags, the flags as a ``NodeConfig``, and how a command
+runs (its errors as exit codes). The commands themselves are ``cli``'s (``hook_cli``'s for the OCI hook, which
+starts with only what it needs: ``build_parser(only="hook")``; the NRI plugin's and the agent's modules are
+imported only when their sub-commands are built)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from typing import Any, List, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
-from ..errors import CPUSetError, UsageError
+from ..errors import ConfigError, CPUSetError, KubecpuError, UsageError
 from ..kubelet.cpuset import CPUSet
-from ..kubelet.options import ALL_OPTIONS
+from ..kubelet.options import ALL_OPTIONS, parse_option_args
 from ..kubelet.policy import POLICY_NAMES, STATIC
 from ..kubelet.topology_manager import POLICIES, SCOPES
 from ..node.config import (DEFAULT_CGROUP_ROOT, DEFAULT_STATE_PATH, ISOLATED_MODES, KUBELET_STATE_PATH, QUOTA_MODES,
-                           RUNTIMES)
+                           RUNTIMES, NodeConfig)
 from ..runtime.model import DEFAULT_TIMEOUT
-from ..runtime.nri_api import DEFAULT_INDEX, DEFAULT_NAME, DEFAULT_SOCKET
-from ..services.agent import parse_duration
+
+Command = Callable[[argparse.Namespace, TextIO, TextIO, TextIO], int]
 
 VERSION = "0.3.0"
 
@@ -82,12 +85,16 @@ def _kubelet_args(parser: argparse.ArgumentParser) -> None:
                              "InPlacePodVerticalScalingExclusiveCPUs); repeatable")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """Every sub-command, or with ``only="hook"`` that one alone (the hook's start-up)."""
     parser = _Parser(prog="kubecpu", description="Kubernetes-grade CPU pinning: the kubelet static CPU "
                      "manager policy on a node.")
     parser.add_argument("--version", action="version", version="kubecpu " + VERSION)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
+    if only == "hook":
+        _hook_parser(sub)
+        return parser
 
     p = sub.add_parser("topology", help="print this node's CPU topology as JSON")
     _topology_args(p)
@@ -162,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="only print the moves: change nothing")
     p.add_argument("--max-moves", type=_count_arg, metavar="N", help="at most N moves (default: as many as help)")
 
+    from ..runtime.nri_api import DEFAULT_INDEX, DEFAULT_NAME, DEFAULT_SOCKET  # noqa: PLC0415  # not the hook's
+
     p = sub.add_parser("nri", help="run as an NRI plugin: containers get their CPUs before they are created")
     _state_args(p)
     _runtime_args(p)
@@ -172,6 +181,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="plugin index, two digits (default %(default)s)")
     _service_args(p, "event", '"socket": "/x.sock"')
 
+    _hook_parser(sub)
+
+    p = sub.add_parser("demo", help="discover this node and show what the static policy gives sample pods")
+    _topology_args(p)
+    _policy_args(p)
+    p.add_argument("--num-reserved", type=_count_arg, default=1, metavar="N", help="reserved CPUs (default 1)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def _hook_parser(sub: Any) -> None:
     p = sub.add_parser("hook", help="run as an OCI createRuntime hook: a container is created on its CPUs or not at "
                        "all (fail closed); the OCI state on stdin")
     _state_args(p)
@@ -181,13 +201,6 @@ def build_parser() -> argparse.ArgumentParser:
     for flag in ("--period", "--socket", "--plugin-name", "--plugin-index"):  # the agent's and the plugin's own:
         p.add_argument(flag, help=argparse.SUPPRESS)  # accepted, so that their configuration file serves the hook
     _service_args(p, "hook (not written: the hook runs once per container)", '"state": "/var/lib/kubecpu/state"')
-
-    p = sub.add_parser("demo", help="discover this node and show what the static policy gives sample pods")
-    _topology_args(p)
-    _policy_args(p)
-    p.add_argument("--num-reserved", type=_count_arg, default=1, metavar="N", help="reserved CPUs (default 1)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    return parser
 
 
 def _service_args(parser: argparse.ArgumentParser, after: str, example: str) -> None:
@@ -199,6 +212,8 @@ def _service_args(parser: argparse.ArgumentParser, after: str, example: str) -> 
 
 
 def _duration_arg(text: str) -> float:
+    from ..services.agent import parse_duration  # noqa: PLC0415  # the agent's module: not the hook's start-up
+
     try:
         return parse_duration(text)
     except ValueError as exc:
@@ -278,3 +293,49 @@ def config_arguments(path: str) -> List[str]:
                 raise UsageError("configuration file %s: option %s must be a string, number, boolean or list"
                                  % (path, key))
     return argv
+
+
+_SETTING_NAMES = {"state": "state_path", "topology": "topology_path", "crictl": "crictl_path",
+                  "kubelet_state": "kubelet_state_path", "cache": "cache_path"}
+
+
+def node_config(args: argparse.Namespace) -> NodeConfig:
+    """The flags as the node's settings (``NodeConfig`` validates each)."""
+    values = {_SETTING_NAMES.get(name, name): value for name, value in vars(args).items()}
+    values["policy_options"] = parse_option_args(getattr(args, "option", []))
+    values["topology_manager_policy_options"] = parse_option_args(getattr(args, "topology_manager_option", []))
+    values["feature_gates"] = feature_gates(getattr(args, "feature_gate", []))
+    return NodeConfig.from_mapping(values)
+
+
+def feature_gates(flags: Sequence[str]) -> Dict[str, str]:
+    """``--feature-gate NAME=BOOL`` flags (their values are the configuration's to check)."""
+    gates = {}
+    for flag in flags:
+        name, sep, value = flag.partition("=")
+        if not sep:
+            raise UsageError('--feature-gate %s: expected NAME=true or NAME=false' % flag)
+        gates[name] = value
+    return gates
+
+
+def run_command(parser: argparse.ArgumentParser, commands: Mapping[str, Command], argv: Optional[Sequence[str]], *,
+                out: TextIO, err: TextIO, stdin: TextIO) -> int:
+    """Parse (a ``--config`` file read as flags before the command line's own), run the command; a configuration
+    or usage error is exit 2, any other domain error exit 1, each one line on ``err``."""
+    try:
+        args = parser.parse_args(argv)
+        if getattr(args, "config", None):
+            given = list(sys.argv[1:] if argv is None else argv)
+            rest = given[given.index(args.command) + 1:]
+            args = parser.parse_args([args.command] + config_arguments(args.config) + rest)
+        return commands[args.command](args, out, err, stdin)
+    except ConfigError as exc:
+        err.write("%s\n" % exc)
+        return 2
+    except KubecpuError as exc:
+        err.write("%s\n" % exc)
+        return 1
+    except KeyboardInterrupt:
+        err.write("interrupted\n")
+        return 130

@@ -1,0 +1,82 @@
+"""``bin/kubecpu hook`` starts with only what the hook needs (it is on every container's start path): not the CLI's
+other commands, the agent, the NRI plugin, the wire protocols, the node manager or the operations; and its flags,
+configuration file and exit codes are every sub-command's."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 5))  # the collection
+CID = "a" * 64
+ANNOTATIONS = {"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.container-name": "app",
+               "io.kubernetes.cri.sandbox-uid": "1111", "io.kubernetes.cri.sandbox-name": "p",
+               "io.kubernetes.cri.sandbox-namespace": "lab"}
+LOADED = r'''import runpy, sys
+sys.argv = [sys.argv[1], "hook"] + sys.argv[2:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as exc:
+    code = exc.code
+print(sorted(m for m in sys.modules if m.startswith("kubecpu_core")), file=sys.stderr)
+sys.exit(code)
+'''
+STATE = json.dumps({"policyName": "static", "defaultCpuSet": "0", "entries": {"1111": {"app": "1"}},
+                    "checksum": 720449844})  # CPU 1 held by the container, as the NRI plugin left it
+NOT_THE_HOOKS = ("interfaces.cli", "services.agent", "services.nri_plugin", "runtime.nri_api", "runtime.cri_grpc",
+                 "runtime.crictl", "wire.", "operations.", "node.manager", "kubelet.discovery")
+
+
+def node(tmp_path, cpus="1"):
+    """A Guaranteed container's cgroup (v1) on ``cpus``, its bundle, the OCI state; the hook's flags."""
+    cgroup = tmp_path / "cgroup" / "cpuset" / "kubepods" / "pod1111" / CID
+    cgroup.mkdir(parents=True)
+    (cgroup / "cpuset.cpus").write_text(cpus + "\n")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps({"annotations": ANNOTATIONS, "linux": {
+        "cgroupsPath": "/kubepods/pod1111/" + CID, "resources": {"cpu": {"shares": 1024, "quota": 100000,
+                                                                          "period": 100000}}}}))
+    stdin = json.dumps({"id": CID, "pid": 1, "bundle": str(bundle), "annotations": ANNOTATIONS})
+    flags = ["--state", str(tmp_path / "state"), "--reserved-cpus", "0", "--cgroup-root", str(tmp_path / "cgroup"),
+             "--kubelet-state", str(tmp_path / "none")]
+    return stdin, flags
+
+
+def hook(stdin, flags):
+    return subprocess.run([sys.executable, "-c", LOADED, os.path.join(ROOT, "bin", "kubecpu"), *flags], input=stdin,
+                          capture_output=True, text=True, check=False)
+
+
+def test_checking_imports_only_the_hooks_modules(tmp_path):
+    stdin, flags = node(tmp_path)
+    (tmp_path / "state").write_text(STATE)
+    done = hook(stdin, flags)
+    assert done.returncode == 0 and json.loads(done.stdout)["action"] == "checked", done.stderr
+    loaded = ast.literal_eval(done.stderr.strip().splitlines()[-1])
+    assert not [m for m in loaded for name in NOT_THE_HOOKS
+                if m == "kubecpu_core." + name or (name.endswith(".") and m.startswith("kubecpu_core." + name))], loaded
+
+
+def test_a_refusal_is_exit_1_and_a_bad_flag_exit_2(tmp_path):
+    stdin, flags = node(tmp_path)
+    (tmp_path / "state").write_text("{")
+    refused = hook(stdin, flags)
+    assert refused.returncode == 1 and refused.stderr.startswith("container lab/p/app (aaaaaaaaaaaa) not created: ")
+    assert hook(stdin, [*flags, "--no-such-flag"]).returncode == 2
+
+
+def test_the_agents_configuration_file_serves_the_hook(tmp_path):
+    """The role writes one configuration for the service; the hook reads the same file."""
+    stdin, flags = node(tmp_path)
+    config = tmp_path / "agent.json"
+    config.write_text(json.dumps({"state": str(tmp_path / "state"), "reserved_cpus": "0", "period": "10s",
+                                  "cgroup_root": str(tmp_path / "cgroup"), "kubelet_state": str(tmp_path / "none"),
+                                  "metrics_path": str(tmp_path / "m.prom"), "runtime": "cri", "runtime_timeout": 2,
+                                  "option": [], "policy": "static", "align_memory": False, "cpu_quota": "keep"}))
+    (tmp_path / "state").write_text(STATE)
+    done = hook(stdin, ["--config", str(config)])
+    assert done.returncode == 0 and json.loads(done.stdout)["action"] == "checked", done.stderr
