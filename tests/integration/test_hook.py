@@ -66,7 +66,7 @@ class HookedLab:
     def refused(self, name, qos, millicpu):
         """The runtime's error for a pod whose container the hook refuses (the sandbox is removed again)."""
         before = {p.id for p in self.lab.cri.list_pods()}
-        with pytest.raises(Exception) as failure:  # noqa: PT011  # the CRI client's error, whatever its class
+        with pytest.raises(Exception) as failure:  # the CRI client's error, whatever its class
             self.lab.run_pod(name, qos, [{"name": "app", "cpu": millicpu, "command": FIRST_LINE}])
         for item in self.lab.cri.list_pods():
             if item.id not in before:
@@ -100,7 +100,7 @@ class HookedLab:
 
 @pytest.fixture(scope="module", params=["containerd 1.6", "containerd 1.7.24 NRI"])
 def hooked(request, tmp_path_factory, bare_python):
-    import lab as lab_module  # noqa: PLC0415  # conftest put scripts/ on the path
+    import lab as lab_module  # conftest put scripts/ on the path
 
     binaries = None
     if request.param.endswith("NRI"):
