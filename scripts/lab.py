@@ -159,8 +159,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      {base_spec}
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
+        SystemdCgroup = {systemd}
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{dir}/cni"
@@ -170,7 +171,7 @@ NRI_CONFIG = """[plugins."io.containerd.nri.v1.nri"]
   socket_path = "{dir}/nri.sock"
   plugin_path = "{dir}/nri-plugins"
   plugin_config_path = "{dir}/nri-conf"
-  plugin_request_timeout = "2s"
+  plugin_request_timeout = "{nri_timeout}"
 """
 
 
@@ -229,12 +230,21 @@ def _image_tar(tag: str, cmd: List[str]) -> bytes:
 class Lab:
     """One containerd in a temporary directory; ``with Lab() as lab:`` starts and tears it down."""
 
-    def __init__(self, directory: Optional[str] = None, binaries: Optional[str] = None, nri: bool = False) -> None:
+    def __init__(self, directory: Optional[str] = None, binaries: Optional[str] = None, *, nri: bool = False,
+                 systemd: bool = False, slow: bool = False, base_spec: Optional[str] = None) -> None:
         """``binaries``: a directory with another containerd (and its shim and ctr), first on its PATH; ``nri``: its
-        NRI plugin socket at ``nri_socket`` (containerd 1.7 and later)."""
+        NRI plugin socket at ``nri_socket`` (containerd 1.7 and later); ``systemd``: the systemd cgroup driver (pods
+        in ``kubepods.slice`` as a kubelet with ``cgroupDriver: systemd`` makes them; needs systemd as PID 1);
+        ``slow``: under emulation (a guest vCPU 25-30x slower), containerd waits 30 s for the NRI plugin (2 s, its
+        default, otherwise) and the kubelet's calls 120 s; ``base_spec``: the runc handler's ``base_runtime_spec``
+        (the OCI spec every container starts from: where an OCI hook is installed)."""
         self.dir = directory or tempfile.mkdtemp(prefix="kubecpu-lab-")
         self.binaries = binaries
         self.nri = nri
+        self.systemd = systemd
+        self.base_spec = base_spec
+        self.nri_timeout = "30s" if slow else "2s"  # what containerd waits for a plugin's answer
+        self.cri_timeout = 120.0 if slow else 10.0
         self.nri_socket = os.path.join(self.dir, "nri.sock")
         self.socket = os.path.join(self.dir, "containerd.sock")
         self.endpoint = "unix://" + self.socket
@@ -259,9 +269,11 @@ class Lab:
     def start(self) -> None:
         os.makedirs(os.path.join(self.dir, "cni"), exist_ok=True)
         with open(os.path.join(self.dir, "config.toml"), "w", encoding="utf-8") as handle:
-            handle.write(CONFIG.format(dir=self.dir, pause=PAUSE_IMAGE))
+            base = 'base_runtime_spec = "%s"' % self.base_spec if self.base_spec else ""
+            handle.write(CONFIG.format(dir=self.dir, pause=PAUSE_IMAGE, systemd=str(self.systemd).lower(),
+                                       base_spec=base))
             if self.nri:
-                handle.write(NRI_CONFIG.format(dir=self.dir))
+                handle.write(NRI_CONFIG.format(dir=self.dir, nri_timeout=self.nri_timeout))
         self.start_daemon()
         for tag, cmd in ((BUSYBOX_IMAGE, ["/bin/sh"]), (PAUSE_IMAGE, ["/bin/sleep", "infinity"])):
             path = os.path.join(self.dir, tag.replace("/", "_").replace(":", "_") + ".tar")
@@ -269,14 +281,17 @@ class Lab:
                 handle.write(_image_tar(tag, cmd))
             subprocess.run(["ctr", "-a", self.socket, "-n", "k8s.io", "images", "import", path], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=self.env)
-        self.cri = LabCRI(self.endpoint, timeout=10.0)
+        self.cri = LabCRI(self.endpoint, timeout=self.cri_timeout)
         self.image_id = self._image_id(BUSYBOX_IMAGE)
 
     def start_daemon(self) -> None:
         log = open(os.path.join(self.dir, "containerd.log"), "ab")  # pylint: disable=consider-using-with
         self.proc = subprocess.Popen(["containerd", "--config", os.path.join(self.dir, "config.toml")],
-                                     stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=self.env)
-        deadline = time.monotonic() + 30
+                                     stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=self.env,
+                                     start_new_session=True)  # outlives a detached ``lab.py start``'s shell
+        with open(os.path.join(self.dir, "containerd.pid"), "w", encoding="utf-8") as handle:
+            handle.write(str(self.proc.pid))
+        deadline = time.monotonic() + 120  # a deadline, not a wait: 30x slower under emulation
         while not os.path.exists(self.socket):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("containerd did not start; see %s/containerd.log" % self.dir)
@@ -295,8 +310,20 @@ class Lab:
     def stop_daemon(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(sig)
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=60)
         self.proc = None
+
+    def attach(self) -> Lab:
+        """This directory's running containerd (``lab.py start``), for another process's calls."""
+        self.cri = LabCRI(self.endpoint, timeout=self.cri_timeout)
+        self.image_id = self._image_id(BUSYBOX_IMAGE)
+        return self
+
+    def detach(self) -> None:
+        """Leave the containerd running (its pods too): this process's view of it only is closed."""
+        if self.cri is not None:
+            self.cri.close()
+        self.proc, self.pods = None, []
 
     def _image_id(self, tag: str) -> str:
         out = subprocess.run(["ctr", "-a", self.socket, "-n", "k8s.io", "images", "ls"], check=True,
@@ -315,8 +342,7 @@ class Lab:
         """A pod with ``containers`` = [{"name", "cpu" (millicores or None), "memory" (bytes or None),
         "command" (argv, default sleep infinity), "limit" (default: = request for Guaranteed)}]."""
         uid = uid or str(uuid.uuid4())
-        parent = {"Guaranteed": "/kubepods/pod%s", "Burstable": "/kubepods/burstable/pod%s",
-                  "BestEffort": "/kubepods/besteffort/pod%s"}[qos] % uid
+        parent = self.pod_parent(qos, uid)
         labels = {"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": namespace,
                   "io.kubernetes.pod.uid": uid}
         sandbox = {"metadata": {"name": name, "uid": uid, "namespace": namespace, "attempt": 0},
@@ -331,6 +357,15 @@ class Lab:
         for spec in containers:
             pod["containers"][spec["name"]] = self.run_container(pod, spec, start=start)
         return pod
+
+    def pod_parent(self, qos: str, uid: str) -> str:
+        """The cgroup parent the kubelet gives a pod: cgroupfs paths, or systemd slice names (``-`` in the UID
+        escaped as ``_``)."""
+        if self.systemd:
+            level = {"Guaranteed": "", "Burstable": "burstable-", "BestEffort": "besteffort-"}[qos]
+            return "kubepods-%spod%s.slice" % (level, uid.replace("-", "_"))
+        return {"Guaranteed": "/kubepods/pod%s", "Burstable": "/kubepods/burstable/pod%s",
+                "BestEffort": "/kubepods/besteffort/pod%s"}[qos] % uid
 
     def run_container(self, pod: Dict[str, Any], spec: Dict[str, Any], attempt: int = 0, start: bool = True) -> str:
         cpu = spec.get("cpu")
@@ -369,10 +404,22 @@ class Lab:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # --- what the kernel says ------------------------------------------------------------------------------
-    def cgroup_cpus(self, pod: Dict[str, Any], cid: str) -> str:
-        parent = self.cri.inspect(cid).cgroup_path
-        with open("/sys/fs/cgroup/cpuset%s/cpuset.cpus" % parent, encoding="utf-8") as handle:
+    def cgroup_dir(self, cid: str, controller: str = "cpuset") -> str:
+        """The container's cgroup directory (cgroup v1: under ``controller``'s hierarchy; v2: the unified one)."""
+        path = self.cri.inspect(cid).cgroup_path
+        if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            return "/sys/fs/cgroup" + path
+        return "/sys/fs/cgroup/%s%s" % (controller, path)
+
+    def cgroup_file(self, cid: str, name: str, controller: str = "cpuset") -> str:
+        with open(os.path.join(self.cgroup_dir(cid, controller), name), encoding="utf-8") as handle:
             return handle.read().strip()
+
+    def cgroup_cpus(self, pod: Dict[str, Any], cid: str) -> str:
+        """The cpuset the container's cgroup was given (v2: ``cpuset.cpus``, else what it has, ``.effective``)."""
+        if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            return self.cgroup_file(cid, "cpuset.cpus") or self.cgroup_file(cid, "cpuset.cpus.effective")
+        return self.cgroup_file(cid, "cpuset.cpus")
 
     def allowed_cpus(self, cid: str) -> str:
         """Cpus_allowed_list of the container's first process."""
@@ -382,3 +429,87 @@ class Lab:
                 if line.startswith("Cpus_allowed_list:"):
                     return line.split(":", 1)[1].strip()
         return ""
+
+
+SETTINGS = "lab.json"  # what ``lab.py start`` made the lab with, in its directory
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``lab.py start DIR [--systemd] [--nri BINARIES]``: a containerd left running in DIR (its endpoint printed as
+    JSON); ``lab.py pod DIR NAME QOS MILLICPU...``: a pod of one container per CPU request (0: none) in it;
+    ``lab.py rmpod DIR UID``: that pod removed; ``lab.py cpus DIR ID``: a container's cpuset in cgroupfs and its
+    process's Cpus_allowed_list; ``lab.py stop
+    DIR``: its pods removed, it stopped, DIR removed. For tests that script a node from outside."""
+    import argparse  # noqa: PLC0415  # the command line only
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser("start")
+    start.add_argument("dir")
+    start.add_argument("--systemd", action="store_true")
+    start.add_argument("--nri", metavar="BINARIES")
+    start.add_argument("--slow", action="store_true", help="under emulation: longer timeouts")
+    pod = sub.add_parser("pod")
+    pod.add_argument("dir")
+    pod.add_argument("name")
+    pod.add_argument("qos", choices=["Guaranteed", "Burstable", "BestEffort"])
+    pod.add_argument("millicpu", nargs="+", type=int)
+    stop = sub.add_parser("stop")
+    stop.add_argument("dir")
+    gone = sub.add_parser("rmpod")
+    gone.add_argument("dir")
+    gone.add_argument("uid")
+    where = sub.add_parser("cpus")
+    where.add_argument("dir")
+    where.add_argument("container_id")
+    args = parser.parse_args(argv)
+    if args.command == "start":
+        os.makedirs(args.dir, exist_ok=True)
+        settings = {"binaries": args.nri, "nri": bool(args.nri), "systemd": args.systemd, "slow": args.slow}
+        lab = Lab(args.dir, **settings)
+        lab.start()
+        with open(os.path.join(args.dir, SETTINGS), "w", encoding="utf-8") as handle:
+            json.dump(settings, handle)  # the later commands' Lab is this one
+        print(json.dumps({"endpoint": lab.endpoint, "nri_socket": lab.nri_socket if args.nri else None}))
+        lab.detach()
+        return 0
+    try:
+        with open(os.path.join(args.dir, SETTINGS), encoding="utf-8") as handle:
+            lab = Lab(args.dir, **json.load(handle)).attach()
+    except FileNotFoundError:
+        print("lab.py: no lab was started in %s" % args.dir, file=sys.stderr)
+        return 0 if args.command == "stop" else 2
+    if args.command == "cpus":  # what cgroupfs and the kernel say of one container
+        print(json.dumps({"cgroup": lab.cgroup_cpus({}, args.container_id),
+                          "proc": lab.allowed_cpus(args.container_id)}))
+        lab.detach()
+        return 0
+    if args.command == "rmpod":
+        for item in lab.cri.list_pods():
+            if item.uid == args.uid:
+                lab.cri.remove_pod_sandbox(item.id)
+        print(json.dumps({"removed": args.uid}))
+        lab.detach()
+        return 0
+    if args.command == "pod":
+        containers = [{"name": "c%d" % n, "cpu": milli or None} for n, milli in enumerate(args.millicpu)]
+        made = lab.run_pod(args.name, args.qos, containers)
+        print(json.dumps({"uid": made["uid"], "containers": made["containers"]}))
+        lab.detach()
+        return 0
+    for item in lab.cri.list_pods():
+        with contextlib.suppress(Exception):
+            lab.cri.remove_pod_sandbox(item.id)
+    with open(os.path.join(args.dir, "containerd.pid"), encoding="utf-8") as handle:
+        pid = int(handle.read())
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while os.path.exists("/proc/%d" % pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    lab.teardown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,12 +11,14 @@ rm -f "$setup_log"
 export PATH="$root/.venv/bin:$PATH"
 started=$SECONDS
 work="" installed=""
-trap 'rm -rf ${work:+"$work"} ${installed:+"$installed"}' EXIT
+guest_pid=""
+# the guest stage runs beside the others; on any exit it is stopped (it stops its QEMUs itself on SIGTERM)
+trap '[[ -n $guest_pid ]] && kill "$guest_pid" 2>/dev/null && wait "$guest_pid"; rm -rf ${work:+"$work"} ${installed:+"$installed"}' EXIT
 
-stage() { printf '\n=== %s\n' "$*"; }
+stage() { printf '\n=== %s  [%d s]\n' "$*" $((SECONDS - started)); }
 
 stage "ruff"
-ruff check plugins tests bin/kubecpu benchmarks scripts/lab.py scripts/demo_node.py scripts/fleet.py extensions
+ruff check plugins tests bin/kubecpu benchmarks scripts/lab.py scripts/guest.py scripts/demo_node.py scripts/fleet.py extensions
 stage "mypy (plugins/module_utils)"
 mypy
 stage "yamllint"
@@ -27,13 +29,16 @@ ANSIBLE_COLLECTIONS_PATH="$root/.cache/collections" ansible-lint --offline --pro
 stage "antsibull-changelog lint"
 antsibull-changelog lint
 
-stage "system packages: containerd, runc, busybox-static, podman, debootstrap, chromium (apt-get when missing)"
+stage "system packages: containerd, runc, busybox-static, podman, debootstrap, chromium, qemu-system-x86, e2fsprogs (apt-get when missing)"
 missing=()
-for pkg in containerd runc busybox-static podman debootstrap chromium; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+for pkg in containerd runc busybox-static podman debootstrap chromium qemu-system-x86 e2fsprogs; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
 if ((${#missing[@]})); then
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+bash scripts/containerd-nri.sh >/dev/null  # containerd 1.7.24 with NRI: the integration tests' and the guest's
 
 stage "ansible-galaxy collection build, installed for the integration tests and Molecule"
 installed=$(mktemp -d "${TMPDIR:-/tmp}/kubecpu-installed.XXXXXX")
@@ -41,6 +46,11 @@ ansible-galaxy collection build --force --output-path "$installed" . >/dev/null
 ansible-galaxy collection install --offline --force -p "$installed/collections" "$installed"/kubecpu-cpu_manager-*.tar.gz >/dev/null
 export KUBECPU_COLLECTIONS_PATH="$installed/collections"
 ls "$KUBECPU_COLLECTIONS_PATH/ansible_collections/kubecpu/cpu_manager/roles" "$installed"/kubecpu-cpu_manager-*.tar.gz
+
+stage "guest stage started in the background: a real server (QEMU: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes, cgroup v2, systemd); its tests run beside the next stages, its output at the end"
+mkdir -p tests/output/guest
+python scripts/guest.py test --output tests/output/guest > tests/output/guest/stage.log 2>&1 &
+guest_pid=$!
 
 stage "execution environment: ansible-builder create with the built collection, and its requirements as introspect reads them"
 ee="$installed/ee"
@@ -83,12 +93,20 @@ python benchmarks/reconcile.py --quick
 python benchmarks/fleet.py --quick
 python benchmarks/defrag.py --quick
 
+stage "guest stage: waiting for it, then its output"
+guest_code=0
+wait "$guest_pid" || guest_code=$?
+guest_pid=""
+cat tests/output/guest/stage.log
+if ((guest_code)); then echo "the guest stage failed (exit $guest_code)"; exit 1; fi
+
 UNIT_JUNIT="$dest/tests/output/junit" python - <<'PY'
 import glob
 import os
 import xml.etree.ElementTree as ET
 tests = failures = errors = skipped = 0
-for name in sorted(glob.glob(os.environ["UNIT_JUNIT"] + "/*-units.xml")) + ["tests/output/junit-integration.xml"]:
+for name in (sorted(glob.glob(os.environ["UNIT_JUNIT"] + "/*-units.xml")) + ["tests/output/junit-integration.xml"]
+             + sorted(glob.glob("tests/output/guest/junit-guest-*.xml"))):
     root = ET.parse(name).getroot()
     for suite in [root] if root.tag == "testsuite" else root.findall("testsuite"):
         counts = [int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")]

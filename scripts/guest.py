@@ -1,0 +1,480 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""A real server for the test suite: a QEMU guest with 2 sockets x 2 cores x 2 threads, 2 NUMA nodes (memory split
+over them), cgroup v2, systemd as PID 1, writable IRQ affinity, containerd 1.6 (Debian 12) installed and 1.7.24 (the
+extracted binaries of scripts/containerd-nri.sh) shared in, as ENVIRONMENT.md found by trying.
+
+    python3 scripts/guest.py build              # the image, once per set of inputs (cached in .cache/guest)
+    python3 scripts/guest.py run [--timeout S] -- COMMAND...
+                                                # a fresh copy-on-write guest, COMMAND run in /src (the checkout,
+                                                # read-only), its output printed and its exit code returned
+
+``Guest`` (a context manager) is the same for the tests: a booted guest reached over SSH on a loopback-forwarded port
+(``ssh``, ``run``, ``put``), with the checkout at /src and a writable share at /share. Every exit path kills QEMU's
+process group and removes its temporary directory: nothing is mounted on the host (the shares are QEMU's 9p), nothing
+is left running.
+
+TCG (``-accel tcg,thread=single``): /dev/kvm here is PVM, under which stock kernels hang. A guest vCPU is 25-30x
+slower than the host's: functional tests run there, timings stay on the host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import IO, Dict, List, Optional, Sequence, Set, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The checkout in the guest (read-only): below ansible_collections/kubecpu/cpu_manager, as ansible-test wants it;
+# /src links to it.
+GUEST_ROOT = "/srv/ansible_collections/kubecpu/cpu_manager"
+CACHE = os.path.join(ROOT, ".cache", "guest")
+SUITE = "bookworm"
+# What the image holds beyond debootstrap's minbase (each a Debian 12 package).
+PACKAGES = ("linux-image-amd64", "initramfs-tools", "zstd", "udev", "dbus", "kmod", "procps", "util-linux",
+            "iproute2", "python3", "python3-yaml", "python3-pytest", "busybox-static", "containerd", "runc",
+            "numactl", "irqbalance", "openssh-server", "systemd-timesyncd")
+INITRD_MODULES = ("virtio_pci", "virtio_blk", "ext4")
+IMAGE_SIZE = "3G"
+SMP = "8,sockets=2,cores=2,threads=2"
+CPU = "max,vendor=GenuineIntel,xlevel=0x80000008"  # an Intel vendor for CPUID leaf 0xB: the guest sees SMT siblings
+NODE_MEMORY = "768M"  # per NUMA node
+# The checkout is read-only in the guest: Python keeps its bytecode beside it instead, compiled once per boot (a guest
+# vCPU compiles the core about 25x slower than the host).
+PYCACHE = "PYTHONPYCACHEPREFIX=/var/tmp/pycache "
+# No speculation mitigations: under TCG page-table isolation (an Intel vendor makes the kernel think it needs it)
+# makes every system call flush the emulated TLB; without them the guest forks and imports about 2x faster.
+KERNEL_ARGS = "mitigations=off"
+BOOT_TIMEOUT = 240.0  # seconds from QEMU's start to SSH and systemd "running" (about 17 s when the host is idle)
+FILES = {  # written into the image: path -> content
+    "/etc/fstab": "/dev/vda / ext4 rw,errors=remount-ro 0 1\n"
+                  "src %s 9p trans=virtio,version=9p2000.L,ro,msize=262144,nofail 0 0\n" % GUEST_ROOT +
+                  "share /share 9p trans=virtio,version=9p2000.L,rw,msize=262144,nofail 0 0\n",
+    "/etc/hostname": "kubecpu-guest\n",
+    "/etc/hosts": "127.0.0.1 localhost kubecpu-guest\n",
+    # QEMU's user network has fixed addresses: set them at once (systemd-networkd and DHCP take half a minute
+    # under emulation)
+    "/etc/systemd/system/kubecpu-net.service":
+        "[Unit]\nDescription=eth0 with QEMU's user network addresses\nBindsTo=sys-subsystem-net-devices-eth0.device\n"
+        "After=sys-subsystem-net-devices-eth0.device\nBefore=network.target ssh.service\nWants=network.target\n\n"
+        "[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/sbin/ip link set lo up\n"
+        "ExecStart=/sbin/ip link set eth0 up\nExecStart=/sbin/ip address add 10.0.2.15/24 dev eth0\n"
+        "ExecStart=/sbin/ip route add default via 10.0.2.2\n\n[Install]\n"
+        "WantedBy=sys-subsystem-net-devices-eth0.device multi-user.target\n",
+    "/etc/modules-load.d/kubecpu.conf": "9p\n9pnet_virtio\n",
+    "/etc/ssh/sshd_config.d/kubecpu.conf": "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+                                           "UseDNS no\nMaxStartups 50\n",
+    "/etc/initramfs-tools/conf.d/kubecpu": "MODULES=list\nCOMPRESS=zstd\n",
+    "/etc/initramfs-tools/modules": "".join(m + "\n" for m in INITRD_MODULES),
+}
+ENABLE = ("kubecpu-net.service", "ssh.service")
+DISABLE = ("containerd.service", "irqbalance.service", "systemd-timesyncd.service", "systemd-networkd.service",
+           "systemd-networkd-wait-online.service", "apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer",
+           "e2scrub_reap.service", "fstrim.timer")
+MASK = ("modprobe@drm.service",)  # no display: the module load costs ten seconds of boot under emulation
+
+
+class GuestError(Exception):
+    pass
+
+
+def _run(argv: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+    return subprocess.run(list(argv), check=True, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+
+def inputs_digest() -> str:
+    """What the image is made of: this file's recipe. A change rebuilds it."""
+    recipe = json.dumps([SUITE, PACKAGES, INITRD_MODULES, IMAGE_SIZE, FILES, ENABLE, DISABLE, MASK], sort_keys=True)
+    return hashlib.sha256(recipe.encode()).hexdigest()[:16]
+
+
+def image_dir() -> str:
+    return os.path.join(CACHE, inputs_digest())
+
+
+def build(force: bool = False, log=sys.stderr) -> str:  # type: ignore[no-untyped-def]
+    """The image (root filesystem, kernel, initrd, SSH key) for the current recipe; built when missing. Root only."""
+    target = image_dir()
+    if not force and os.path.exists(os.path.join(target, "ready")):
+        return target
+    missing = [tool for tool in ("debootstrap", "mkfs.ext4", "qemu-system-x86_64") if shutil.which(tool) is None]
+    if missing:
+        raise GuestError("cannot build the guest image: %s missing (apt-get install --no-install-recommends "
+                         "debootstrap e2fsprogs qemu-system-x86)" % ", ".join(missing))
+    shutil.rmtree(target, ignore_errors=True)
+    os.makedirs(CACHE, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="build-", dir=CACHE)
+    rootfs = os.path.join(work, "rootfs")
+    started = time.monotonic()
+    try:
+        print("guest: debootstrap %s (minbase)" % SUITE, file=log, flush=True)
+        _quiet(["debootstrap", "--variant=minbase", "--include=systemd-sysv", SUITE, rootfs,
+                "http://deb.debian.org/debian"], os.path.join(work, "debootstrap.log"))
+        print("guest: packages: %s" % " ".join(PACKAGES), file=log, flush=True)
+        chroot_env = dict(os.environ, DEBIAN_FRONTEND="noninteractive", LC_ALL="C.UTF-8")
+        with _chroot_mounts(rootfs):
+            for path, content in FILES.items():  # the initramfs settings before the kernel's package builds it
+                _write(rootfs, path, content)
+            _quiet(["chroot", rootfs, "apt-get", "install", "-y", "--no-install-recommends", *PACKAGES],
+                   os.path.join(work, "apt.log"), env=chroot_env)
+            _quiet(["chroot", rootfs, "apt-get", "clean"], os.path.join(work, "apt.log"), env=chroot_env)
+            _quiet(["chroot", rootfs, "systemctl", "enable", *ENABLE], os.path.join(work, "systemctl.log"))
+            _quiet(["chroot", rootfs, "systemctl", "disable", *DISABLE], os.path.join(work, "systemctl.log"))
+            _quiet(["chroot", rootfs, "systemctl", "mask", *MASK], os.path.join(work, "systemctl.log"))
+        os.makedirs(rootfs + GUEST_ROOT, exist_ok=True)
+        os.makedirs(os.path.join(rootfs, "share"), exist_ok=True)
+        os.symlink(GUEST_ROOT, os.path.join(rootfs, "src"))
+        key = os.path.join(work, "id_ed25519")
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "kubecpu-guest", "-f", key])
+        os.makedirs(os.path.join(rootfs, "root", ".ssh"), mode=0o700, exist_ok=True)
+        shutil.copy(key + ".pub", os.path.join(rootfs, "root", ".ssh", "authorized_keys"))
+        boot = os.path.join(rootfs, "boot")
+        kernel = sorted(f for f in os.listdir(boot) if f.startswith("vmlinuz-"))[-1]
+        shutil.copy(os.path.join(boot, kernel), os.path.join(work, "vmlinuz"))
+        shutil.copy(os.path.join(boot, kernel.replace("vmlinuz-", "initrd.img-")), os.path.join(work, "initrd.img"))
+        print("guest: mkfs.ext4 -d (%s, sparse)" % IMAGE_SIZE, file=log, flush=True)
+        _quiet(["mkfs.ext4", "-q", "-F", "-L", "root", "-d", rootfs, os.path.join(work, "root.img"), IMAGE_SIZE],
+               os.path.join(work, "mkfs.log"))
+        shutil.rmtree(rootfs)
+        os.rename(work, target)
+        with open(os.path.join(target, "ready"), "w", encoding="utf-8") as handle:
+            handle.write("%s built in %.0f s\n" % (inputs_digest(), time.monotonic() - started))
+    except BaseException:
+        with contextlib.suppress(Exception):
+            _umount_below(rootfs)
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    for old in os.listdir(CACHE):  # images of earlier recipes
+        if old != os.path.basename(target) and not old.startswith("build-"):
+            shutil.rmtree(os.path.join(CACHE, old), ignore_errors=True)
+    print("guest: image %s ready in %.0f s" % (target, time.monotonic() - started), file=log, flush=True)
+    return target
+
+
+def _quiet(argv: Sequence[str], log_path: str, env: Optional[Dict[str, str]] = None) -> None:
+    with open(log_path, "ab") as log:
+        result = subprocess.run(list(argv), stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
+    if result.returncode != 0:
+        with open(log_path, "rb") as log:
+            tail = log.read()[-3000:].decode("utf-8", "replace")
+        raise GuestError("%s failed (%d):\n%s" % (" ".join(argv[:3]), result.returncode, tail))
+
+
+def _write(rootfs: str, path: str, content: str) -> None:
+    full = os.path.join(rootfs, path.lstrip("/"))
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "w", encoding="utf-8") as handle:
+        handle.write(content)
+
+
+@contextlib.contextmanager
+def _chroot_mounts(rootfs: str):  # type: ignore[no-untyped-def]
+    """/proc, /sys and /dev for apt-get and the kernel's hooks in the chroot, unmounted whatever happens."""
+    mounted = []
+    try:
+        for fstype, where in (("proc", "proc"), ("sysfs", "sys"), ("devtmpfs", "dev")):
+            point = os.path.join(rootfs, where)
+            _run(["mount", "-t", fstype, fstype, point])
+            mounted.append(point)
+        yield
+    finally:
+        for point in reversed(mounted):
+            subprocess.run(["umount", "-l", point], check=False)
+
+
+def _umount_below(rootfs: str) -> None:
+    with open("/proc/mounts", encoding="utf-8") as handle:
+        points = [line.split()[1] for line in handle if line.split()[1].startswith(rootfs + "/")]
+    for point in sorted(points, reverse=True):
+        subprocess.run(["umount", "-l", point], check=False)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+_LIVE: Set[Guest] = set()  # guests started and not stopped: what a termination stops
+_HOST_TESTS: Set[subprocess.Popen[bytes]] = set()  # host-side test runs (process group leaders)
+
+
+def _terminate(_signum: int, _frame: object) -> None:
+    """SIGTERM/SIGINT: every guest's QEMU and every host-side test run killed (their own process groups), then exit
+    at once (the groups' threads are not waited for)."""
+    for proc in list(_HOST_TESTS):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    for guest in list(_LIVE):
+        guest.stop()
+    os._exit(143)
+
+
+class Guest:
+    """One booted guest; ``with Guest() as guest: guest.run(["lscpu"])``."""
+
+    def __init__(self, name: str = "guest", share: Optional[str] = None, timeout: float = BOOT_TIMEOUT) -> None:
+        self.name = name
+        self.image = build()
+        self.work = tempfile.mkdtemp(prefix="kubecpu-guest-%s-" % name)
+        self.share = share or os.path.join(self.work, "share")
+        os.makedirs(self.share, exist_ok=True)
+        self.port = _free_port()
+        self.timeout = timeout
+        self.proc: Optional[subprocess.Popen] = None  # type: ignore[type-arg]
+        self.key = os.path.join(self.work, "id_ed25519")
+        shutil.copy(os.path.join(self.image, "id_ed25519"), self.key)
+        os.chmod(self.key, 0o600)
+
+    @classmethod
+    def attach(cls, info: Dict[str, object]) -> Guest:
+        """A guest another process booted (``info()``), to reach over SSH; this object never stops it."""
+        guest = cls.__new__(cls)
+        guest.name, guest.port, guest.key = str(info["name"]), int(info["port"]), str(info["key"])  # type: ignore
+        guest.work, guest.share, guest.proc, guest.timeout = "", "", None, BOOT_TIMEOUT
+        return guest
+
+    def info(self) -> Dict[str, object]:
+        return {"name": self.name, "port": self.port, "key": self.key}
+
+    # --- life ---------------------------------------------------------------------------------------------------
+    def argv(self) -> List[str]:
+        nodes = []
+        for node in (0, 1):
+            nodes += ["-object", "memory-backend-ram,id=mem%d,size=%s" % (node, NODE_MEMORY),
+                      "-numa", "node,nodeid=%d,memdev=mem%d" % (node, node),
+                      "-numa", "cpu,node-id=%d,socket-id=%d" % (node, node)]
+        return ["qemu-system-x86_64", "-name", "kubecpu-%s" % self.name, "-accel", "tcg,thread=single",
+                "-machine", "q35", "-cpu", os.environ.get("KUBECPU_GUEST_CPU", CPU), "-smp", SMP,
+                "-m", "%dM" % (2 * int(NODE_MEMORY.rstrip("M"))), *nodes,
+                "-numa", "dist,src=0,dst=1,val=21",
+                "-kernel", os.path.join(self.image, "vmlinuz"), "-initrd", os.path.join(self.image, "initrd.img"),
+                "-append", "root=/dev/vda rw console=ttyS0 net.ifnames=0 panic=-1 quiet " + KERNEL_ARGS,
+                "-drive", "file=%s,if=virtio,format=raw,snapshot=on,cache=unsafe" % os.path.join(self.image,
+                                                                                                 "root.img"),
+                "-virtfs", "local,path=%s,mount_tag=src,security_model=none,readonly=on,id=src" % ROOT,
+                "-virtfs", "local,path=%s,mount_tag=share,security_model=none,id=share" % self.share,
+                "-netdev", "user,id=net0,hostfwd=tcp:127.0.0.1:%d-:22" % self.port,
+                "-device", "virtio-net-pci,netdev=net0",
+                "-display", "none", "-serial", "file:%s" % os.path.join(self.work, "console.log"),
+                "-monitor", "none", "-no-reboot"]
+
+    def start(self) -> None:
+        env = dict(os.environ, TMPDIR=self.work)  # the snapshot's overlay lives and dies with the guest
+        _LIVE.add(self)
+        self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=open(os.path.join(self.work, "qemu.log"), "wb"),  # pylint: disable=consider-using-with
+                                     start_new_session=True, env=env)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise GuestError("QEMU exited (%s) before the guest was up:\n%s" % (self.proc.returncode, self.log()))
+            if time.monotonic() > deadline:
+                raise GuestError("the guest was not up within %.0f s:\n%s" % (self.timeout, self.log()))
+            probe = self.ssh(["systemctl", "is-system-running", "--wait"], timeout=60, check=False)
+            if probe.returncode == 0 or probe.stdout.strip() in ("running", "degraded"):
+                break
+            time.sleep(1)
+        if self.ssh(["mountpoint", "-q", GUEST_ROOT], check=False).returncode != 0:
+            raise GuestError("the checkout is not shared in at /src:\n%s" % self.log())
+
+    def stop(self) -> None:
+        _LIVE.discard(self)
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        if self.work:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+    def __enter__(self) -> Guest:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def log(self, lines: int = 40) -> str:
+        try:
+            with open(os.path.join(self.work, "console.log"), encoding="utf-8", errors="replace") as handle:
+                return "".join(handle.readlines()[-lines:])
+        except OSError:
+            return "(no console log)"
+
+    # --- inside -------------------------------------------------------------------------------------------------
+    def ssh_argv(self) -> List[str]:
+        return ["ssh", "-q", "-i", self.key, "-p", str(self.port), "-o", "StrictHostKeyChecking=no",
+                "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+                "-o", "ServerAliveInterval=15", "-o", "LogLevel=ERROR", "root@127.0.0.1"]
+
+    def ssh(self, argv: Sequence[str], timeout: float = 600, check: bool = True,
+            stdin: Optional[str] = None) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+        """``argv`` run in the guest (quoted for its shell); the completed process, output as text."""
+        command = PYCACHE + " ".join(_quote(part) for part in argv)
+        try:
+            result = subprocess.run(self.ssh_argv() + ["--", command], capture_output=True, text=True,
+                                    timeout=timeout, check=False, input=stdin)
+        except subprocess.TimeoutExpired as exc:
+            raise GuestError("in the guest, %s: no end within %.0f s" % (command, timeout)) from exc
+        if check and result.returncode != 0:
+            raise GuestError("in the guest, %s: exit %d\n%s%s" % (command, result.returncode, result.stdout,
+                                                                  result.stderr))
+        return result
+
+    def run(self, argv: Sequence[str], timeout: float = 600, output: Optional[IO[bytes]] = None) -> int:
+        """``argv`` in the checkout, its output streamed to ``output`` (default: this process's); its exit code."""
+        command = "cd %s && %s%s" % (GUEST_ROOT, PYCACHE, " ".join(_quote(part) for part in argv))
+        try:
+            return subprocess.run(self.ssh_argv() + ["--", command], timeout=timeout, check=False, stdout=output,
+                                  stderr=subprocess.STDOUT if output is not None else None).returncode
+        except subprocess.TimeoutExpired as exc:
+            raise GuestError("in the guest, %s: no end within %.0f s" % (command, timeout)) from exc
+
+
+# The guest stage of scripts/test.sh: groups of tests, a fresh guest each, side by side (each guest emulates on one
+# host core). "guest": pytest inside the guest; "host": pytest here against that guest (KUBECPU_GUEST names it).
+GROUPS: Dict[str, Dict[str, List[str]]] = {
+    "node": {"guest": ["tests/guest/test_discovery.py", "tests/guest/test_pinning.py",
+                       "tests/guest/test_operations.py"],
+             "host": ["tests/guest_host/test_kubelet_role.py"]},
+    "roles": {"host": ["tests/guest_host/test_agent_role.py"]},
+}
+
+
+def stage(output: str, timeout: float, groups: Sequence[str]) -> int:
+    """Every group in ``groups`` on a guest of its own, at once; their logs and JUnit files in ``output``. 0 when
+    every group passed."""
+    started = time.monotonic()
+    build()
+    nri = subprocess.run(["bash", os.path.join(ROOT, "scripts", "containerd-nri.sh")], capture_output=True,
+                         text=True, check=False)
+    if nri.returncode != 0:
+        print("guest: containerd 1.7.24 could not be had for the guest:\n%s" % nri.stderr[-2000:], file=sys.stderr)
+        return 3
+    os.makedirs(output, exist_ok=True)
+    results: Dict[str, Tuple[int, float]] = {}
+    threads = [threading.Thread(target=_group, args=(name, output, timeout, results), name=name) for name in groups]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for name in groups:
+        code, took = results.get(name, (3, 0.0))
+        print("\n--- guest group %s: exit %d after %.0f s" % (name, code, took))
+        with open(os.path.join(output, "guest-%s.log" % name), encoding="utf-8", errors="replace") as handle:
+            sys.stdout.write(handle.read())
+    passed = {name: results.get(name, (3, 0.0))[0] == 0 for name in groups}
+    summary = ", ".join("%s %s" % (name, "passed" if ok else "FAILED") for name, ok in passed.items())
+    print("guest stage: %s in %.0f s" % (summary, time.monotonic() - started))
+    return 0 if all(passed.values()) else 1
+
+
+def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int, float]]) -> None:
+    spec = GROUPS[name]
+    started = time.monotonic()
+    code = 3
+    with open(os.path.join(output, "guest-%s.log" % name), "wb") as log:
+        try:
+            with Guest(name) as guest:
+                log.write(b"guest %s: up in %.0f s\n" % (name.encode(), time.monotonic() - started))
+                log.flush()
+                code = 0
+                if spec.get("guest"):
+                    code = guest.run(["python3", "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEP",
+                                      "--durations=20", "--junitxml=/share/junit.xml", *spec["guest"]],
+                                     timeout=max(60.0, started + timeout - time.monotonic()), output=log)
+                    if os.path.exists(os.path.join(guest.share, "junit.xml")):
+                        shutil.copy(os.path.join(guest.share, "junit.xml"),
+                                    os.path.join(output, "junit-guest-%s.xml" % name))
+                if spec.get("host"):
+                    env = dict(os.environ, KUBECPU_GUEST=json.dumps(guest.info()))
+                    host = _host_tests(spec["host"], os.path.join(output, "junit-guest-%s-host.xml" % name), env,
+                                       log, max(60.0, started + timeout - time.monotonic()))
+                    code = code or host
+        except (GuestError, subprocess.TimeoutExpired) as exc:
+            log.write(("guest %s: %s\n" % (name, exc)).encode())
+            code = 3
+    results[name] = (code, time.monotonic() - started)
+
+
+def _host_tests(paths: Sequence[str], junit: str, env: Dict[str, str], log: IO[bytes], timeout: float) -> int:
+    """pytest on the host against the guest; on a timeout its whole process group (ansible-playbook, ssh) is killed:
+    nothing is left behind."""
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-rfEP", "--durations=20", "--junitxml=%s" % junit,
+                             *paths], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    _HOST_TESTS.add(proc)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        _HOST_TESTS.discard(proc)
+
+
+def _quote(text: str) -> str:
+    import shlex  # noqa: PLC0415  # only here
+
+    return shlex.quote(text)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    make = sub.add_parser("build", help="build the guest image (kept until the recipe changes)")
+    make.add_argument("--force", action="store_true")
+    test = sub.add_parser("test", help="the guest stage: each group of tests on a fresh guest, side by side")
+    test.add_argument("--output", default=os.path.join(ROOT, "tests", "output"), help="logs and JUnit files")
+    test.add_argument("--timeout", type=float, default=2400,
+                      help="seconds for each group, its boot and its tests (default 2400)")
+    test.add_argument("groups", nargs="*", default=list(GROUPS), help="default: all (%s)" % ", ".join(GROUPS))
+    go = sub.add_parser("run", help="boot a fresh guest, run a command in /src, print its output")
+    go.add_argument("--timeout", type=float, default=1800, help="seconds for the command (default 1800)")
+    go.add_argument("--name", default="run")
+    go.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build":
+            print(build(force=args.force))
+            return 0
+        if args.command == "test":
+            return stage(args.output, args.timeout, args.groups)
+        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+        if not command:
+            parser.error("run needs a command after --")
+        started = time.monotonic()
+        with Guest(args.name) as guest:
+            took = time.monotonic() - started
+            print("guest: up in %.0f s (2 sockets x 2 cores x 2 threads, 2 NUMA nodes)" % took, flush=True)
+            code = guest.run(command, timeout=args.timeout)
+        print("guest: %s exited %d after %.0f s" % (" ".join(command), code, time.monotonic() - started), flush=True)
+        return code
+    except GuestError as exc:
+        print("guest: %s" % exc, file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _terminate)  # nothing is left running on a termination either
+    signal.signal(signal.SIGINT, _terminate)
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""The real-server tests: run inside the QEMU guest of scripts/guest.py (2 sockets x 2 cores x 2 threads, 2 NUMA
+nodes, cgroup v2, systemd), never on the host. Each fixture's containerd is a real one: Debian 12's 1.6 (the image's)
+or 1.7.24 with NRI (scripts/containerd-nri.sh's binaries, shared in with the checkout), with the cgroupfs or the
+systemd cgroup driver."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_spec = importlib.util.spec_from_file_location("kubecpu_tests_conftest", os.path.join(ROOT, "tests", "conftest.py"))
+_spec.loader.exec_module(importlib.util.module_from_spec(_spec))  # the collection importable from this checkout
+sys.path[:0] = [os.path.join(ROOT, "scripts"), os.path.join(ROOT, "tests", "unit", "support")]
+lab_module = importlib.import_module("lab")
+waits = importlib.import_module("waits")
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces import cli  # noqa: E402
+KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
+NRI_BINARIES = os.path.join(ROOT, ".cache", "containerd-nri", "usr", "bin")
+SIBLINGS = {0: 1, 1: 0, 2: 3, 3: 2, 4: 5, 5: 4, 6: 7, 7: 6}
+NUMA = {cpu: cpu // 4 for cpu in range(8)}
+
+
+def pytest_configure(config):
+    if not (os.path.exists("/sys/fs/cgroup/cgroup.controllers") and os.cpu_count() == 8
+            and os.path.exists("/sys/devices/system/node/node1")):
+        raise pytest.UsageError("tests/guest run inside the guest (python3 scripts/guest.py run -- ...): 8 CPUs, "
+                                "2 NUMA nodes, cgroup v2")
+
+
+def wait_for(condition, timeout, what):
+    """Poll ``condition`` until it is true (its value); fail naming ``what`` after ``timeout`` seconds."""
+    return waits.until(condition, what, timeout)
+
+
+class Ran:
+    """What a ``bin/kubecpu`` command did: its exit code, stdout and stderr."""
+
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def kubecpu(*argv, check=True):
+    """``bin/kubecpu ARGV`` in this process (its main, as the launcher calls it): a guest vCPU takes seconds to start
+    Python and import the core, so the tests pay that once. The JSON it printed, else a ``Ran``."""
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(argv), out, err, io.StringIO())
+    if check and code != 0:
+        raise AssertionError("kubecpu %s: exit %d\n%s%s" % (" ".join(argv), code, out.getvalue(), err.getvalue()))
+    text = out.getvalue()
+    return json.loads(text) if text.strip().startswith("{") else Ran(code, text, err.getvalue())
+
+
+def proc_status(lab, cid, field="Cpus_allowed_list"):
+    """What the kernel says of the container's first process (``/proc/<pid>/status``)."""
+    return lab.allowed_cpus(cid) if field == "Cpus_allowed_list" else _status_field(lab, cid, field)
+
+
+def _status_field(lab, cid, field):
+    pid = lab.cri.status_info(cid)["pid"]
+    with open("/proc/%d/status" % pid, encoding="utf-8") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return line.split(":", 1)[1].strip()
+    return ""
+
+
+@pytest.fixture(scope="module", params=["cgroupfs", "systemd"])
+def driver(request):
+    return request.param
+
+
+def make_lab(driver, nri=False):
+    binaries = NRI_BINARIES if nri else None
+    if nri and not os.path.exists(os.path.join(NRI_BINARIES, "containerd")):
+        pytest.fail("containerd 1.7.24 is not shared in: run bash scripts/containerd-nri.sh on the host first")
+    return lab_module.Lab(binaries=binaries, nri=nri, systemd=driver == "systemd", slow=True)
+
+
+ALL = set(range(8))
+
+
+def cpus(text):
+    out = set()
+    for part in filter(None, text.split(",")):
+        first, _sep, last = part.partition("-")
+        out.update(range(int(first), int(last or first) + 1))
+    return out
+
+
+class Pinner:
+    """The agent (``reconcile --loop``) or the NRI plugin (``nri``) as a process with its flags."""
+
+    def __init__(self, lab, directory, mode, flags):
+        self.lab, self.mode, self.flags = lab, mode, list(flags)
+        os.makedirs(directory, exist_ok=True)
+        self.state = os.path.join(directory, "state")
+        self.metrics = self.state + ".prom"
+        self.log = os.path.join(directory, "%s.log" % mode)
+        self.proc = None
+
+    def start(self):
+        common = ["--state", self.state, "--kubelet-state", self.state + ".kubelet", "--metrics-path", self.metrics,
+                  "--runtime-timeout", "30"]  # a guest vCPU is 25-30x slower than the host's
+        if self.mode == "agent":
+            argv = [KUBECPU, "reconcile", "--loop", "--period", "60s", "--runtime", "cri", "--runtime-endpoint",
+                    self.lab.endpoint]
+        else:
+            argv = [KUBECPU, "nri", "--socket", self.lab.nri_socket]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(argv + common + self.flags, stdout=log, stderr=log)
+        # up: it has finished a pass (its metrics file says so), not merely started
+        wait_for(lambda: self.passes() >= 1 or self.proc.poll() is not None, 120, "the %s's first pass" % self.mode)
+        assert self.proc.poll() is None, self.tail()
+
+    def passes(self):
+        return waits.metric(self.metrics, "kubecpu_reconcile_passes_total{")
+
+    def errors(self, kind):
+        return waits.metric(self.metrics, "kubecpu_%s_errors_total" % kind)
+
+    def entries(self):
+        with open(self.state, encoding="utf-8") as handle:
+            return json.load(handle).get("entries", {})
+
+    def tail(self):
+        with open(self.log, encoding="utf-8", errors="replace") as handle:
+            return handle.read()[-3000:]
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=60)
+        self.proc = None
+
+
+def settle(lab, pod, want, name="app", timeout=120):
+    """The container's first process allowed exactly ``want`` (a set), and its cgroup saying the same."""
+    cid = pod["containers"][name]
+    wait_for(lambda: cpus(proc_status(lab, cid)) == want, timeout,
+             "%s/%s on CPUs %s (has %s)" % (pod["name"], name, sorted(want), proc_status(lab, cid)))
+    cgroup = lab.cgroup_cpus(pod, cid)
+    assert cpus(cgroup) == want
+    print("read back: %s/%s Cpus_allowed_list %s (/proc), cpuset.cpus.effective %s (cgroupfs)"
+          % (pod["name"], name, proc_status(lab, cid), cgroup))
+    return want
+
+
+def guaranteed(cpu_count, command=None):
+    spec = {"name": "app", "cpu": cpu_count * 1000}
+    if command:
+        spec["command"] = command
+    return [spec]
+
+
+SHARED = [{"name": "app", "cpu": 250}]

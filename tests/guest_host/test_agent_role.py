@@ -1,0 +1,98 @@
+"""The agent role on a real server: through the rollout playbook with a canary batch (mode loop, containerd 1.6
+with the systemd driver), then in mode nri (containerd 1.7.24) and removed; ``cpu_manager_defrag`` moving pinned
+containers live."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+from roles_support import (AGENT_VARS, ALL, NRI_LAB, REMOTE, ROLLOUT, cpus, lab, playbook, recap, settle,
+                           state_entries)
+
+
+def test_the_agent_role_through_a_canary_rollout_pins_real_pods(guest, lab16, tmp_path):
+    pod = lab(guest, "pod", lab16, "pinned", "Guaranteed", "2000")
+    web = lab(guest, "pod", lab16, "web", "Burstable", "250")
+    first = playbook(guest, tmp_path, ROLLOUT, extra=AGENT_VARS)
+    assert "PLAY RECAP" in first.stdout and recap(first)["failed"] == 0
+    assert guest.ssh(["systemctl", "is-active", "kubecpu-agent.service"]).stdout.strip() == "active"
+    security = guest.ssh(["systemd-analyze", "security", "--no-pager", "kubecpu-agent.service"]).stdout
+    exposure = float(re.search(r"exposure level for \S+: ([0-9.]+)", security).group(1))
+    assert exposure <= 2.0, security.splitlines()[-1]  # hardened under the real systemd
+    assert guest.ssh(["test", "-d", "/sys/fs/cgroup/system.slice/kubecpu-agent.service"], check=False).returncode == 0
+    state = "/var/lib/kubecpu/cpu_manager_state"
+    deadline = time.monotonic() + 240
+    while pod["uid"] not in state_entries(guest, state):
+        assert time.monotonic() < deadline, "the agent did not pin the pod"
+        time.sleep(2)
+    held = cpus(state_entries(guest, state)[pod["uid"]]["c0"])
+    settle(guest, lab16, pod["containers"]["c0"], held)
+    settle(guest, lab16, web["containers"]["c0"], ALL - held)
+
+
+def test_cpu_manager_defrag_moves_pinned_containers_live(guest, lab16, tmp_path):
+    """Four 1-CPU pods beside the 2-CPU one; the two on the even CPUs of two cores removed: neither core is whole
+    until the module moves a container (live: its cpuset in cgroupfs and /proc as the state says)."""
+    state = "/var/lib/kubecpu/cpu_manager_state"
+    made = [lab(guest, "pod", lab16, "frag-%d" % n, "Guaranteed", "1000") for n in range(4)]
+    deadline = time.monotonic() + 300
+    while not all(p["uid"] in state_entries(guest, state) for p in made):
+        assert time.monotonic() < deadline, "the agent did not pin the pods"
+        time.sleep(2)
+    held = {p["uid"]: cpus(state_entries(guest, state)[p["uid"]]["c0"]) for p in made}
+    gone = [p for p in made if min(held[p["uid"]]) % 2 == 0][:2]  # one CPU of two cores: neither core whole
+    for pod in gone:
+        lab(guest, "rmpod", lab16, pod["uid"])
+        made.remove(pod)
+    while any(p["uid"] in state_entries(guest, state) for p in gone):
+        assert time.monotonic() < deadline, "the agent did not release the removed pods"
+        time.sleep(2)
+    defrag = ("---\n- name: Defragment\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+              "    - name: Move pinned containers so that whole cores are free\n"
+              "      kubecpu.cpu_manager.cpu_manager_defrag:\n"
+              "        state_path: %s\n        reserved_cpus: 0-1\n        runtime: cri\n"
+              "        runtime_endpoint: unix://%s/containerd.sock\n        runtime_timeout: 30\n"
+              "      register: moved\n    - name: Keep the result on the controller\n"
+              "      ansible.builtin.copy:\n        content: \"{{ moved | to_json }}\"\n        dest: %s\n        mode: \"0644\"\n"
+              "      delegate_to: localhost\n" % (state, lab16, "{{ result_file }}"))
+    playbook(guest, tmp_path, defrag.replace("register: moved", "register: moved\n      check_mode: true"),
+             extra={"result_file": str(tmp_path / "planned.json")})
+    planned = json.loads((tmp_path / "planned.json").read_text())
+    done = playbook(guest, tmp_path, defrag, extra={"result_file": str(tmp_path / "done.json")})
+    result = json.loads((tmp_path / "done.json").read_text())
+    moves = [a for a in result.get("actions", []) if a.get("action") == "move"]
+    assert moves and planned["changed"] and result["changed"] and recap(done)["failed"] == 0
+    assert [(a["pod_uid"], a["cpus"]) for a in planned["actions"] if a["action"] == "move"] == [
+        (a["pod_uid"], a["cpus"]) for a in moves]  # check mode showed what then happened
+    entries = state_entries(guest, state)
+    for pod in made:  # whatever moved, cgroupfs and /proc agree with the state
+        if pod["uid"] in entries:
+            settle(guest, lab16, pod["containers"]["c0"], cpus(entries[pod["uid"]]["c0"]))
+    print("cpu_manager_defrag on the guest: %d moves" % len(moves))
+
+
+def test_the_agent_role_in_mode_nri_pins_at_creation_then_is_removed(guest, lab16, tmp_path):
+    lab(guest, "start", NRI_LAB, "--nri", "%s/.cache/containerd-nri/usr/bin" % REMOTE, "--slow")
+    try:
+        nri_vars = dict(AGENT_VARS, cpu_manager_agent_mode="nri", cpu_manager_agent_nri_socket="%s/nri.sock" % NRI_LAB,
+                        cpu_manager_agent_runtime_endpoint="unix://%s/containerd.sock" % NRI_LAB)
+        role = ("---\n- name: The agent in mode nri\n  hosts: all\n  gather_facts: false\n  roles:\n"
+                "    - role: kubecpu.cpu_manager.cpu_manager_agent\n")
+        playbook(guest, tmp_path, role, extra=nri_vars)  # the mode changed on the installed agent
+        assert guest.ssh(["systemctl", "is-active", "kubecpu-agent.service"]).stdout.strip() == "active"
+        pod = lab(guest, "pod", NRI_LAB, "at-creation", "Guaranteed", "2000")
+        held = cpus(state_entries(guest, "/var/lib/kubecpu/cpu_manager_state")[pod["uid"]]["c0"])  # at creation
+        assert len(held) == 2
+        settle(guest, NRI_LAB, pod["containers"]["c0"], held)
+        removal = ("---\n- name: Remove the agent\n  hosts: all\n  gather_facts: false\n  roles:\n"
+                   "    - role: kubecpu.cpu_manager.cpu_manager_agent\n      vars:\n"
+                   "        cpu_manager_agent_state: absent\n")
+        playbook(guest, tmp_path, removal)
+        assert guest.ssh(["systemctl", "is-active", "kubecpu-agent.service"], check=False).stdout.strip() != "active"
+        assert guest.ssh(["test", "-e", "/etc/systemd/system/kubecpu-agent.service"], check=False).returncode != 0
+    finally:
+        guest.ssh(["python3", "%s/scripts/lab.py" % REMOTE, "stop", NRI_LAB], check=False, timeout=900)
+
+
