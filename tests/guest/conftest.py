@@ -23,6 +23,7 @@ sys.path[:0] = [os.path.join(ROOT, "scripts"), os.path.join(ROOT, "tests", "unit
 lab_module = importlib.import_module("lab")
 waits = importlib.import_module("waits")
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces import cli  # noqa: E402
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet  # noqa: E402
 KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
 NRI_BINARIES = os.path.join(ROOT, ".cache", "containerd-nri", "usr", "bin")
 SIBLINGS = {0: 1, 1: 0, 2: 3, 3: 2, 4: 5, 5: 4, 6: 7, 7: 6}
@@ -89,11 +90,8 @@ ALL = set(range(8))
 
 
 def cpus(text):
-    out = set()
-    for part in filter(None, text.split(",")):
-        first, _sep, last = part.partition("-")
-        out.update(range(int(first), int(last or first) + 1))
-    return out
+    """A CPU list as a set of CPU numbers."""
+    return set(CPUSet.parse(text))
 
 
 class Pinner:

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 guest_module = importlib.import_module("guest")
@@ -25,11 +27,8 @@ ALL = set(range(8))
 
 
 def cpus(text):
-    out = set()
-    for part in filter(None, text.split(",")):
-        first, _sep, last = part.partition("-")
-        out.update(range(int(first), int(last or first) + 1))
-    return out
+    """A CPU list as a set of CPU numbers."""
+    return set(CPUSet.parse(text))
 
 
 def collections_path():

@@ -55,7 +55,7 @@ def test_cpu_manager_defrag_moves_pinned_containers_live(guest, lab16, tmp_path)
               "        state_path: %s\n        reserved_cpus: 0-1\n        runtime: cri\n"
               "        runtime_endpoint: unix://%s/containerd.sock\n        runtime_timeout: 30\n"
               "      register: moved\n    - name: Keep the result on the controller\n"
-              "      ansible.builtin.copy:\n        content: \"{{ moved | to_json }}\"\n        dest: %s\n        mode: \"0644\"\n"
+              "      ansible.builtin.copy:\n        content: \"{{ moved | to_json }}\"\n        dest: \"%s\"\n        mode: \"0644\"\n"
               "      delegate_to: localhost\n" % (state, lab16, "{{ result_file }}"))
     playbook(guest, tmp_path, defrag.replace("register: moved", "register: moved\n      check_mode: true"),
              extra={"result_file": str(tmp_path / "planned.json")})

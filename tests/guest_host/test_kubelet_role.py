@@ -43,6 +43,7 @@ def test_the_kubelet_role_rewrites_the_checkpoint_of_pinned_pods_without_a_drain
     kubelet_vars = {"kubecpu_manager": "kubelet", "kubelet_cpu_manager_policy": "static",
                     "kubelet_cpu_manager_reserved_cpus": "0-1", "kubelet_cpu_manager_runtime": "cri",
                     "kubelet_cpu_manager_runtime_endpoint": "unix://%s/containerd.sock" % LAB,
+                    "kubelet_cpu_manager_runtime_timeout": 30,  # a guest vCPU is 25-30x slower
                     "kubelet_cpu_manager_health_timeout": 300, "kubelet_cpu_manager_health_settle": 10,
                     "kubecpu_serial": [1, "100%"]}
     done = playbook(guest, tmp_path, ROLLOUT, group="kubelet_nodes", extra=kubelet_vars)
