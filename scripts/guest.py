@@ -210,14 +210,18 @@ _LIVE: Set[Guest] = set()  # guests started and not stopped: what a termination 
 _HOST_TESTS: Set[subprocess.Popen[bytes]] = set()  # host-side test runs (process group leaders)
 
 
+_STOPPING = threading.Event()  # set by a termination: no group starts anything more
+
+
 def _terminate(_signum: int, _frame: object) -> None:
     """SIGTERM/SIGINT: every guest's QEMU and every host-side test run killed (their own process groups), then exit
     at once (the groups' threads are not waited for)."""
-    for proc in list(_HOST_TESTS):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+    _STOPPING.set()
     for guest in list(_LIVE):
         guest.stop()
+    for proc in list(_HOST_TESTS):  # after the guests: a group whose guest went may have started one meanwhile
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     os._exit(143)
 
 
@@ -407,6 +411,10 @@ def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int,
                     host = _host_tests(spec["host"], os.path.join(output, "junit-guest-%s-host.xml" % name), env,
                                        log, max(60.0, started + timeout - time.monotonic()))
                     code = code or host
+                if code:  # the guest's kernel messages, for a guest that went away or misbehaved
+                    with contextlib.suppress(OSError):
+                        shutil.copy(os.path.join(guest.work, "console.log"),
+                                    os.path.join(output, "guest-%s-console.log" % name))
         except (GuestError, subprocess.TimeoutExpired) as exc:
             log.write(("guest %s: %s\n" % (name, exc)).encode())
             code = 3
@@ -416,6 +424,8 @@ def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int,
 def _host_tests(paths: Sequence[str], junit: str, env: Dict[str, str], log: IO[bytes], timeout: float) -> int:
     """pytest on the host against the guest; on a timeout its whole process group (ansible-playbook, ssh) is killed:
     nothing is left behind."""
+    if _STOPPING.is_set():
+        return 143
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-rfEP", "--durations=20", "--junitxml=%s" % junit,
                              *paths], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     _HOST_TESTS.add(proc)

@@ -7,6 +7,7 @@ These machines have 2 CPUs: one reserved, CPU 1 is the only one that can become 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -51,9 +52,10 @@ class Plugin:
         argv = [KUBECPU, "nri", "--socket", self.lab.nri_socket, "--state", self.state, "--num-reserved", "1",
                 "--kubelet-state", self.state + ".kubelet", "--metrics-path", self.state + ".prom"]
         log = open(self.log_path, "a")  # the process keeps it open
-        passes = self.passes()
+        with contextlib.suppress(FileNotFoundError):  # a restarted plugin counts its passes from zero again
+            os.unlink(self.state + ".prom")
         self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=dict(os.environ, KUBECPU_PYTHON=self.python))
-        self.until(lambda: self.passes() > passes, "registered and synchronized (a pass in its metrics)")
+        self.until(lambda: self.passes() > 0, "registered and synchronized (a pass in its metrics)")
 
     def stop(self, sig=signal.SIGTERM):
         if self.proc is not None and self.proc.poll() is None:
