@@ -94,5 +94,3 @@ def test_the_agent_role_in_mode_nri_pins_at_creation_then_is_removed(guest, lab1
         assert guest.ssh(["test", "-e", "/etc/systemd/system/kubecpu-agent.service"], check=False).returncode != 0
     finally:
         guest.ssh(["python3", "%s/scripts/lab.py" % REMOTE, "stop", NRI_LAB], check=False, timeout=900)
-
-

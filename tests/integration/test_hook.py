@@ -194,7 +194,7 @@ def test_with_the_plugin_up_the_hook_only_checks(node, bare_python, tmp_path):
         assert first_line(app) == "1"
         answer = node.answers()[-1]
         assert json.loads(answer["out"])["action"] == "checked"  # the plugin had placed it
-        assert answer["before"] == answer["after"] is not None  # and the hook wrote nothing
+        assert answer["before"] is not None and answer["before"] == answer["after"]  # and the hook wrote nothing
     finally:
         plugin.send_signal(signal.SIGTERM)
         plugin.wait(timeout=30)

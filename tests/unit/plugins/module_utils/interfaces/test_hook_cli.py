@@ -37,9 +37,9 @@ def node(tmp_path, cpus="1"):
     (cgroup / "cpuset.cpus").write_text(cpus + "\n")
     bundle = tmp_path / "bundle"
     bundle.mkdir()
-    (bundle / "config.json").write_text(json.dumps({"annotations": ANNOTATIONS, "linux": {
-        "cgroupsPath": "/kubepods/pod1111/" + CID, "resources": {"cpu": {"shares": 1024, "quota": 100000,
-                                                                          "period": 100000}}}}))
+    cpu = {"shares": 1024, "quota": 100000, "period": 100000}
+    linux = {"cgroupsPath": "/kubepods/pod1111/" + CID, "resources": {"cpu": cpu}}
+    (bundle / "config.json").write_text(json.dumps({"annotations": ANNOTATIONS, "linux": linux}))
     stdin = json.dumps({"id": CID, "pid": 1, "bundle": str(bundle), "annotations": ANNOTATIONS})
     flags = ["--state", str(tmp_path / "state"), "--reserved-cpus", "0", "--cgroup-root", str(tmp_path / "cgroup"),
              "--kubelet-state", str(tmp_path / "none")]

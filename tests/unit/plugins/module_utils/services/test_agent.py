@@ -233,7 +233,6 @@ def test_a_removal_is_followed_until_the_runtime_lists_the_container_no_more():
     assert clock.waits == pytest.approx([10.0, 0.02, 0.02, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28])
 
 
-
 def test_any_failure_of_a_pass_is_a_log_line_and_a_metric_never_the_agents_end(tmp_path):
     """A runtime's bytes can make any exception (issue 23: ``ValueError`` from a grpc-status of "²" ended the agent):
     the pass fails, the agent logs it with its type, counts it, backs off and goes on."""

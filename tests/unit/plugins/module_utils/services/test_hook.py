@@ -191,7 +191,7 @@ def test_no_state_and_no_exclusive_request_passes_without_making_a_state(node):
 
 
 def test_no_free_cpus_refuses_the_container_and_changes_nothing(node):
-    for _ in range(3):  # 3 x 2 CPUs of the 7 not reserved
+    for _pod in range(3):  # 3 x 2 CPUs of the 7 not reserved
         node.run(node.container("Guaranteed", 2000))
     before = open(node.state, "rb").read()
     late = node.container("Guaranteed", 2000)
@@ -250,7 +250,7 @@ def test_killed_at_any_moment_the_state_is_one_complete_generation(node):
             str(node.tmp / "no-kubelet-state")]
     env = dict(os.environ, KUBECPU_PYTHON=sys.executable)
     took, outcomes = None, []
-    for _ in range(7):  # 7 x 1 CPU of the 7 not reserved
+    for _pod in range(7):  # 7 x 1 CPU of the 7 not reserved
         app = node.container("Guaranteed", 1000)
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 env=env)
