@@ -23,7 +23,7 @@ from typing import Callable, List
 
 from _common import generated, percentiles, timed
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet import checkpoint
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet import cpuset
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import encode
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.pod import Pod
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import StaticPolicy
@@ -54,7 +54,7 @@ def _release(store: StateStore, policy: StaticPolicy, uid: str) -> None:
 
 def _forget() -> None:
     """Empty the codec's cache, as in a process that has not read the file yet."""
-    checkpoint._parse_cpus.cache_clear()
+    cpuset._parse.cache_clear()
 
 
 def _cold(path: str, policy: StaticPolicy, pod: Pod) -> None:
