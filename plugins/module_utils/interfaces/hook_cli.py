@@ -1,27 +1,130 @@
 # Copyright: (c) 2026, kubecpu developers
 # Apache License 2.0 (see LICENSE)
 """``bin/kubecpu hook`` on its own: the OCI hook runs on every container's start path, so ``bin/kubecpu`` loads this
-module instead of ``cli`` for it, and it imports only the hook's parser and service (``services.hook`` defers the
-policy and the topology to an allocation). Same flags, configuration file and exit codes as every sub-command."""
+module instead of ``cli`` for it. Same flags, configuration file and exit codes as every sub-command.
+
+A start that needs nothing (the container is not Kubernetes', or its cgroup already holds what the state gives it)
+is answered by ``services.hook_check`` before the argument parser, the configuration and the kubelet model are even
+imported: this module reads the few settings that check needs (``--state``, ``--cgroup-root``, ``--policy``,
+``--read-only``, from the flags or the ``--config`` file) by itself, and only from a command line every word of which
+the hook's parser knows. Anything else, and every start the check cannot confirm, goes through the parser and
+``services.hook`` as before, with the bytes already read from stdin.
+"""
 
 from __future__ import annotations
 
-import argparse
+import io
 import json
 import sys
-from typing import IO, Optional, Sequence, TextIO, cast
 
-from ..services.hook import Hook
-from .cli_args import build_parser, node_config, run_command
+from ..errors import KubecpuError
+from ..node.state_paths import DEFAULT_PATH
+from ..runtime.cgroups import DEFAULT_ROOT
+from ..runtime.oci_hook import read_stdin
+from ..services.hook_check import quick_check
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from typing import IO, Dict, Optional, Sequence, TextIO
+
+MAX_CONFIG_BYTES = 1024 * 1024  # the configuration file: a JSON object of option names
+# The hook parser's flags (a test holds this to ``build_parser(only="hook")``): those the check reads, the
+# switches, and the rest, each of which takes one value.
+QUICK_SETTINGS = ("--state", "--cgroup-root", "--policy", "--config")
+SWITCHES = ("--read-only", "--force", "--align-memory")
+OTHER_FLAGS = ("--num-reserved", "--reserved-cpus", "--option", "--kubelet-version", "--feature-gate", "--runtime",
+               "--runtime-endpoint", "--crictl", "--runtime-timeout", "--kubelet-state", "--cache", "--isolated-cpus",
+               "--cpu-quota", "--topology-manager-policy", "--topology-manager-scope", "--topology-manager-option",
+               "--topology", "--sysfs-root",
+               "--lock-timeout", "--period", "--socket", "--plugin-name", "--plugin-index", "--metrics-path")
 
 
 def cmd_hook(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     """The OCI hook: 0 when the container may be created (its cgroup on its CPUs), 1 with one line when not."""
-    result = Hook(node_config(args), args.lock_timeout).run(cast(IO[bytes], getattr(stdin, "buffer", stdin)))
+    from ..services.hook import Hook  # noqa: PLC0415  # the full hook: only when the quick check cannot answer
+    from .cli_args import node_config  # noqa: PLC0415
+
+    result = Hook(node_config(args), args.lock_timeout).run(_stdin_bytes(stdin))
     out.write(json.dumps(result.to_dict()) + "\n")
     return 0
 
 
 def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
          stdin: TextIO = sys.stdin) -> int:
-    return run_command(build_parser(only="hook"), {"hook": cmd_hook}, argv, out=out, err=err, stdin=stdin)
+    given = list(sys.argv[1:] if argv is None else argv)
+    settings = _quick_settings(given)
+    if settings is not None:
+        try:
+            data = read_stdin(_stdin_bytes(stdin))
+        except KubecpuError as exc:
+            err.write("%s\n" % exc)
+            return 1
+        try:
+            answer = quick_check(data, settings["state"], settings["cgroup-root"])
+        except KubecpuError:
+            answer = None  # the full hook reads the same input again and reports it
+        if answer is not None:
+            out.write(json.dumps(answer) + "\n")
+            return 0
+        stdin = io.TextIOWrapper(io.BytesIO(data))
+    from .cli_args import build_parser, run_command  # noqa: PLC0415
+
+    return run_command(build_parser(only="hook"), {"hook": cmd_hook}, given, out=out, err=err, stdin=stdin)
+
+
+def _quick_settings(argv: Sequence[str]) -> Optional[Dict[str, str]]:
+    """The check's settings from ``hook`` and its flags (a ``--config`` file first, the flags winning); None when the
+    command line has a word the hook's parser does not know, or the settings leave only the full hook to decide."""
+    if argv[:1] != ["hook"]:
+        return None
+    given: Dict[str, object] = {}
+    words = list(argv[1:])
+    while words:
+        word = words.pop(0)
+        flag, has_value, value = word.partition("=")
+        if flag in SWITCHES and not has_value:
+            given[flag[2:]] = True
+        elif flag in QUICK_SETTINGS + OTHER_FLAGS and (has_value or words):
+            given[flag[2:]] = value if has_value else words.pop(0)
+        else:
+            return None
+    settings = {"state": DEFAULT_PATH, "cgroup-root": DEFAULT_ROOT, "policy": "static"}
+    if "config" in given:
+        from_file = _config_settings(str(given["config"]))
+        if from_file is None:
+            return None
+        settings.update(from_file)
+    settings.update((name, value) for name, value in given.items() if isinstance(value, str))
+    if settings["policy"] != "static" or given.get("read-only") or settings.get("read-only"):
+        return None
+    return settings
+
+
+def _config_settings(path: str) -> Optional[Dict[str, str]]:
+    """What the check reads from the configuration file; None when it is anything but a small JSON object of
+    strings and booleans for those settings (the parser then reads it and reports what is wrong)."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        doc = json.loads(data)
+    except (OSError, ValueError):
+        return None
+    if len(data) > MAX_CONFIG_BYTES or not isinstance(doc, dict):
+        return None
+    settings = {}
+    for key, value in doc.items():
+        name = str(key).replace("_", "-")
+        if name in ("state", "cgroup-root", "policy"):
+            if not isinstance(value, str):
+                return None
+            settings[name] = value
+        elif name == "read-only" and value not in (False, None):
+            settings["read-only"] = "true"
+    return settings
+
+
+def _stdin_bytes(stdin: TextIO) -> IO[bytes]:
+    """A real stdin's bytes, or an in-memory one as it is."""
+    buffer = getattr(stdin, "buffer", None)
+    return buffer if buffer is not None else stdin  # type: ignore[return-value]  # tests hand in bytes

@@ -9,11 +9,9 @@ from fractions import Fraction
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from ..errors import PodSpecError, QuantityError
+from .qos import BEST_EFFORT, BURSTABLE, GUARANTEED
 from .quantity import integral_cpus, parse_quantity
 
-GUARANTEED = "Guaranteed"
-BURSTABLE = "Burstable"
-BEST_EFFORT = "BestEffort"
 _RESTART_POLICIES = ("Always", "OnFailure", "Never")
 _QUANTITY_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
 

@@ -19,7 +19,7 @@ from ..kubelet.topology_manager import POLICIES as TM_POLICIES
 from ..kubelet.topology_manager import SCOPES as TM_SCOPES
 from ..runtime.cgroups import DEFAULT_ROOT
 from ..runtime.model import DEFAULT_TIMEOUT
-from .state_store import DEFAULT_PATH, KUBELET_PATH
+from .state_paths import DEFAULT_PATH, KUBELET_PATH
 
 DEFAULT_STATE_PATH = DEFAULT_PATH
 KUBELET_STATE_PATH = KUBELET_PATH

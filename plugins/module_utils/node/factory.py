@@ -24,7 +24,8 @@ from ..runtime.crictl import CrictlRuntime, default_endpoint
 from ..runtime.model import Runtime
 from .config import NodeConfig
 from .manager import NodeManager
-from .state_store import KUBELET_PATH, StateStore
+from .state_paths import KUBELET_PATH
+from .state_store import StateStore
 
 
 def check_cpus_known(topo: Topology, cpus: CPUSet, what: str) -> None:

@@ -15,7 +15,7 @@ import os
 from typing import FrozenSet, Iterable, Optional
 
 from ..errors import StoreError
-from ..runtime.model import check_container_id
+from ..runtime.ids import check_container_id
 from .state_store import StateStore
 
 SUFFIX = ".hooked"

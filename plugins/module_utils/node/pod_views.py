@@ -9,7 +9,8 @@ from fractions import Fraction
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import ContainerNotFoundError, PodSpecError
-from ..kubelet.pod import GUARANTEED, Container, Pod
+from ..kubelet.pod import Container, Pod
+from ..kubelet.qos import GUARANTEED
 from ..runtime.model import EXITED, ContainerInfo, ListedContainer
 
 Pair = Tuple[ListedContainer, ContainerInfo]

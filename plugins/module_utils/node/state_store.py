@@ -18,16 +18,16 @@ import errno
 import fcntl
 import os
 import time
-from typing import Iterator, Mapping, Optional, Tuple
+from typing import Iterator, List, Mapping, Optional, Tuple
 
 from ..atomic import atomic_write, fsync_directory
 from ..errors import CheckpointError, RestoreFailure, StoreError
 from ..kubelet.checkpoint_formats import read, write
 from ..kubelet.kubelet_versions import DEFAULT, KubeletVersion
 from ..kubelet.state import CPUState
+from .hook_view import identity, view_path, write_view
+from .state_paths import DEFAULT_PATH, KUBELET_PATH
 
-DEFAULT_PATH = "/var/lib/kubecpu/cpu_manager_state"
-KUBELET_PATH = "/var/lib/kubelet/cpu_manager_state"
 LOCK_TIMEOUT = 60.0
 
 
@@ -58,6 +58,7 @@ class StateStore:
         # agent, every pass) compares bytes instead of decoding them again.
         self._known: Optional[Tuple[bytes, CPUState]] = None
         self._depth = 0  # how deeply this process holds the lock (locked() is reentrant)
+        self.identity: Optional[List[int]] = None  # of the file last read or written (node.hook_view)
 
     @property
     def previous_path(self) -> str:
@@ -122,8 +123,10 @@ class StateStore:
     def read_bytes(self) -> Optional[bytes]:
         try:
             with open(self.path, "rb") as handle:
+                self.identity = identity(os.fstat(handle.fileno()))
                 return handle.read()
         except FileNotFoundError:
+            self.identity = None
             return None
         except OSError as exc:
             raise StoreError("cannot read state file %s: %s" % (self.path, exc.strerror)) from None
@@ -164,7 +167,19 @@ class StateStore:
         except OSError as exc:
             raise StoreError("cannot write state file %s: %s" % (self.path, exc.strerror or exc)) from None
         self._known = (data, state.copy())
+        self.identity = identity(os.stat(self.path))  # after the rename, which changes the inode's ctime
+        if os.path.exists(view_path(self.path)):  # an OCI hook reads this state: its view follows every write
+            self.write_hook_view(state)
         return True
+
+    def write_hook_view(self, state: CPUState) -> None:
+        """The OCI hook's view (``node.hook_view``) of ``state``, which the file last read or written holds."""
+        if self.read_only or self.identity is None:
+            return
+        try:
+            write_view(self.path, self.identity, state)
+        except OSError as exc:
+            raise StoreError("cannot write %s: %s" % (view_path(self.path), exc.strerror or exc)) from None
 
     def _keep_previous(self) -> None:
         """Hard-link the current generation to <file>.prev (files are never modified in place)."""

@@ -9,7 +9,7 @@ from typing import AbstractSet, Dict, FrozenSet, List, Optional, Sequence, Set
 
 from ..errors import ContainerNotFoundError, ContainerRuntimeError, StoreError
 from ..kubelet.cpuset import CPUSet
-from ..kubelet.pod import GUARANTEED
+from ..kubelet.qos import GUARANTEED
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology
 from ..runtime.cgroups import CgroupFS

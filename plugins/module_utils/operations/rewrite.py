@@ -26,7 +26,8 @@ from ..errors import AllocationError, ContainerRuntimeError, RestoreFailure, Sta
 from ..kubelet.checkpoint_formats import read, write
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.kubelet_versions import DEFAULT, KubeletVersion
-from ..kubelet.pod import GUARANTEED, Container, Pod
+from ..kubelet.pod import Container, Pod
+from ..kubelet.qos import GUARANTEED
 from ..kubelet.policy import NONE, STATIC, Policy, StaticPolicy
 from ..kubelet.state import CPUState
 from ..node.admission import Admission

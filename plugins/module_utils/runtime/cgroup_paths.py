@@ -5,7 +5,7 @@ class from its cgroup parent (cgroupfs and systemd driver names, cgroup v1 and v
 
 from __future__ import annotations
 
-from ..kubelet.pod import BEST_EFFORT, BURSTABLE, GUARANTEED
+from ..kubelet.qos import BEST_EFFORT, BURSTABLE, GUARANTEED
 
 
 def expand_systemd_slice(slice_name: str) -> str:

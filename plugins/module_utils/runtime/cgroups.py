@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, Iterator, Optional, Tuple
 
 from ..errors import CPUSetError, StoreError
-from ..kubelet.cpuset import CPUSet
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the OCI hook's check path reads a cpuset through this module: no typing, no CPUSet at run time
+    from typing import Dict, Iterator, Optional, Tuple
+
+    from ..kubelet.cpuset import CPUSet
 
 DEFAULT_ROOT = "/sys/fs/cgroup"
 KUBEPODS_ROOTS = ("kubepods", "kubepods.slice")  # the kubelet's top cgroup: cgroupfs and systemd drivers
@@ -40,6 +44,8 @@ class CgroupFS:
             return None
 
     def _set(self, path: str, name: str) -> Optional[CPUSet]:
+        from ..kubelet.cpuset import CPUSet  # noqa: PLC0415  # (see TYPE_CHECKING above)
+
         text = self._read("cpuset", path, name)
         if text is None:
             return None
@@ -47,6 +53,11 @@ class CgroupFS:
             return CPUSet.parse(text)
         except CPUSetError:
             return None
+
+    def cpus_text(self, path: str) -> Optional[str]:
+        """The container's configured cpuset as the kernel prints it (``cpuset.cpus``: canonical ranges, "" when never
+        written); None when unreadable."""
+        return self._read("cpuset", path, "cpuset.cpus")
 
     def cpus(self, path: str, configured: bool = False) -> Optional[CPUSet]:
         """The container's cpuset (v1 ``cpuset.cpus``, v2 ``cpuset.cpus.effective``, or with ``configured`` what was

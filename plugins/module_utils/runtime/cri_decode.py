@@ -11,8 +11,9 @@ from typing import Any, Dict, Mapping, Optional
 
 from ..errors import RuntimeOutputError
 from .cgroup_paths import cgroupfs_path, parent_path, qos_from_cgroup
+from .ids import check_container_id
 from .model import (CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, ContainerInfo,
-                    ListedContainer, check_container_id)
+                    ListedContainer)
 
 
 def as_int(value: Any, what: str) -> int:

@@ -21,7 +21,8 @@ from ..kubelet.cpuset import CPUSet
 from ..wire.grpc_h2 import Connection
 from ..wire.proto_schema import cached
 from .cri_decode import container_info, listed_container, parse_info_json, pid_cgroup, sandbox_cgroup_parent
-from .model import ContainerInfo, ListedContainer, RuntimeBase, check_container_id
+from .ids import check_container_id
+from .model import ContainerInfo, ListedContainer, RuntimeBase
 
 DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
 SERVICE = "/runtime.v1.RuntimeService/"

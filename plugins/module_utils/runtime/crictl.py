@@ -21,7 +21,8 @@ from ..errors import (ContainerNotFoundError, ContainerRuntimeError, RuntimeOutp
                       RuntimeUnavailableError)
 from ..kubelet.cpuset import CPUSet
 from .cri_decode import as_dict, as_int, container_info, listed_container, pid_cgroup, sandbox_cgroup_parent
-from .model import CONTAINER_STATES, DEFAULT_TIMEOUT, ContainerInfo, ListedContainer, RuntimeBase, check_container_id
+from .ids import check_container_id
+from .model import CONTAINER_STATES, DEFAULT_TIMEOUT, ContainerInfo, ListedContainer, RuntimeBase
 
 Runner = Callable[[Sequence[str], float], Tuple[int, str, str]]
 _FATAL = re.compile(r'level=fatal msg="((?:[^"\\]|\\.)*)"')

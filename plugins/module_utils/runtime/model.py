@@ -10,13 +10,13 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Protocol
 
 from ..errors import ContainerNotFoundError, RuntimeOutputError
 from ..kubelet.cpuset import CPUSet
-from ..kubelet.pod import GUARANTEED
+from ..kubelet.qos import GUARANTEED
 from .cgroup_paths import qos_from_cgroup
+from .ids import check_container_id
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"
 POD_NAME_LABEL = "io.kubernetes.pod.name"
@@ -26,14 +26,6 @@ CONTAINER_NAME_LABEL = "io.kubernetes.container.name"
 DEFAULT_TIMEOUT = 2.0  # seconds per runtime call: crictl's own default, and the kubelet's runtime request timeout
 CREATED, RUNNING, EXITED, UNKNOWN = "CONTAINER_CREATED", "CONTAINER_RUNNING", "CONTAINER_EXITED", "CONTAINER_UNKNOWN"
 CONTAINER_STATES = (CREATED, RUNNING, EXITED, UNKNOWN)
-_CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-
-
-def check_container_id(value: str) -> str:
-    """Container IDs go on command lines and into paths: only [A-Za-z0-9_.-], at most 128 characters."""
-    if not isinstance(value, str) or not _CONTAINER_ID.match(value):
-        raise RuntimeOutputError("invalid container ID %r: expected letters, digits, '_', '.' or '-'" % (value,))
-    return value
 
 
 class ListedContainer(NamedTuple):

@@ -15,15 +15,29 @@ Both inputs are hostile until parsed: each has a size limit and stdin a read tim
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import select
 import time
-from typing import IO, Any, Dict, List, NamedTuple, Optional
 
 from ..errors import HookInputError, RuntimeOutputError
 from .cgroup_paths import cgroupfs_path, qos_from_cgroup
-from .model import ContainerInfo, check_container_id
+from .ids import check_container_id
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # every container start imports this module: typing (about 5 ms) is not loaded at run time
+    from typing import IO, Any, Dict, List, NamedTuple, Optional
+
+    from .model import ContainerInfo
+
+    class HookState(NamedTuple):
+        id: str
+        pid: int
+        bundle: str
+        annotations: Dict[str, str]
+else:
+    HookState = collections.namedtuple("HookState", "id pid bundle annotations")
 
 MAX_STATE_BYTES = 64 * 1024  # the OCI state: an ID, a PID, a path and the annotations
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # config.json: its environment and mounts are the large parts (tens of KiB)
@@ -39,28 +53,53 @@ _ANNOTATIONS = (
 )
 
 
-class HookState(NamedTuple):
-    id: str
-    pid: int
-    bundle: str
-    annotations: Dict[str, str]
+class HookedContainer:
+    """A Kubernetes container (or pod sandbox) being created, as its hook sees it: who it is and where its cgroup is,
+    and (``info``, built when asked) the container model with its CPU request."""
 
+    __slots__ = ("_info", "_resources", "cgroup_path", "id", "kind", "name", "pod_name", "pod_namespace", "pod_uid",
+                 "qos")
 
-class HookedContainer(NamedTuple):
-    """A Kubernetes container (or pod sandbox) being created, as its hook sees it."""
-
-    kind: str  # CONTAINER or SANDBOX
-    info: ContainerInfo  # the container model: identity, QoS, cgroup path and CPU request
-    spec_cpus: str  # the cpuset the spec asks for ("" when none: the kubelet's none policy, or no plugin answered)
+    def __init__(self, kind: str, cid: str, *, pod: List[str], name: str, cgroup_path: str,
+                 resources: List[int]) -> None:
+        """``pod``: UID, name, namespace; ``resources``: CPU shares, quota, period and the memory limit."""
+        self.kind = kind  # CONTAINER or SANDBOX
+        self.id = cid
+        self.pod_uid, self.pod_name, self.pod_namespace = pod
+        self.name = name if kind == CONTAINER else ""
+        self.cgroup_path = cgroup_path  # cgroupfs form; "" when the spec has none
+        self.qos = qos_from_cgroup(cgroup_path.rsplit("/", 1)[0]) if cgroup_path else ""
+        self._resources = resources
+        self._info: Optional[ContainerInfo] = None
 
     @property
     def ref(self) -> str:
-        return "%s/%s/%s (%s)" % (self.info.pod_namespace, self.info.pod_name, self.info.name, self.info.id[:12])
+        return "%s/%s/%s (%s)" % (self.pod_namespace, self.pod_name, self.name, self.id[:12])
+
+    @property
+    def info(self) -> ContainerInfo:
+        """The container model (``runtime.model``), which only a decision beyond a check needs."""
+        if self._info is None:
+            from .model import ContainerInfo  # noqa: PLC0415  # the pod model: not on the check path
+
+            shares, quota, period, limit = self._resources
+            self._info = ContainerInfo(self.id, self.pod_uid, self.pod_name, self.pod_namespace, self.name, 0,
+                                       self.qos, self.cgroup_path, shares, quota, period, limit, 0, 0)
+        return self._info
 
 
 def read_state(stream: IO[bytes], timeout: float = STATE_TIMEOUT) -> HookState:
     """The OCI state the runtime writes on the hook's stdin: at most ``MAX_STATE_BYTES`` within ``timeout``."""
-    data = _read_limited(stream, MAX_STATE_BYTES, timeout)
+    return parse_state(read_stdin(stream, timeout))
+
+
+def read_stdin(stream: IO[bytes], timeout: float = STATE_TIMEOUT) -> bytes:
+    """The bytes of the OCI state: at most ``MAX_STATE_BYTES``, the whole of it within ``timeout``."""
+    return _read_limited(stream, MAX_STATE_BYTES, timeout)
+
+
+def parse_state(data: bytes) -> HookState:
+    """The OCI state from the bytes on the hook's stdin."""
     doc = _json_object(data, "the OCI state on stdin")
     cid, bundle, pid = doc.get("id"), doc.get("bundle"), doc.get("pid", 0)
     annotations = doc.get("annotations") or {}
@@ -101,19 +140,15 @@ def container(state: HookState, config: Dict[str, Any]) -> Optional[HookedContai
     except RuntimeOutputError as exc:
         raise HookInputError("the OCI state on stdin: %s" % exc) from None
     linux = _object(config.get("linux"), "linux")
-    cpu = _object(_object(linux.get("resources"), "linux.resources").get("cpu"), "linux.resources.cpu")
-    memory = _object(_object(linux.get("resources"), "linux.resources").get("memory"), "linux.resources.memory")
+    resources = _object(linux.get("resources"), "linux.resources")
+    cpu = _object(resources.get("cpu"), "linux.resources.cpu")
+    memory = _object(resources.get("memory"), "linux.resources.memory")
     spec_path = linux.get("cgroupsPath", "")
     if not isinstance(spec_path, str):
         raise HookInputError("linux.cgroupsPath of container %s is not a string" % state.id)
-    path = cgroupfs_path(spec_path) if spec_path else ""
-    qos = qos_from_cgroup(path.rsplit("/", 1)[0]) if path else ""
-    shares, quota, period, limit = (_number(cpu, "shares"), _number(cpu, "quota"), _number(cpu, "period"),
-                                    _number(memory, "limit"))
-    cpus = cpu.get("cpus", "")
-    info = ContainerInfo(state.id, uid, pod_name, namespace, name if kind == CONTAINER else "", 0, qos, path, shares,
-                         quota, period, limit, 0, 0)
-    return HookedContainer(kind, info, cpus if isinstance(cpus, str) else "")
+    numbers = [_number(cpu, "shares"), _number(cpu, "quota"), _number(cpu, "period"), _number(memory, "limit")]
+    return HookedContainer(kind, state.id, pod=[uid, pod_name, namespace], name=name,
+                           cgroup_path=cgroupfs_path(spec_path) if spec_path else "", resources=numbers)
 
 
 def _read_limited(stream: IO[bytes], limit: int, timeout: float) -> bytes:

@@ -40,7 +40,7 @@ from ..node.config import NodeConfig
 from ..node.hook_marks import HookMarks
 from ..node.state_store import StateStore
 from ..runtime.cgroups import CgroupFS
-from ..runtime.oci_hook import CONTAINER, HookedContainer, container, read_config, read_state
+from ..runtime.oci_hook import CONTAINER, HookedContainer, container, parse_state, read_config, read_stdin
 
 LOCK_TIMEOUT = 2.0  # seconds for the state lock: well within the runtime's hook timeout (the role writes 10 s)
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
@@ -69,7 +69,11 @@ class Hook:
         self.marks = HookMarks.beside(self.store)
 
     def run(self, stdin: IO[bytes]) -> HookResult:
-        state = read_state(stdin)
+        return self.answer(read_stdin(stdin))
+
+    def answer(self, state_bytes: bytes) -> HookResult:
+        """What ``run`` decides, from the bytes the runtime wrote on stdin."""
+        state = parse_state(state_bytes)
         hooked = container(state, read_config(state.bundle))
         if hooked is None or self.config.policy != "static":
             return HookResult("passed", "", "")
@@ -81,21 +85,24 @@ class Hook:
             raise HookRefusal("container %s not created: %s" % (hooked.ref, exc)) from None
 
     def place(self, hooked: HookedContainer) -> HookResult:
-        if not hooked.info.cgroup_path:
+        if not hooked.cgroup_path:
             raise HookInputError("its config.json has no linux.cgroupsPath")
-        current = self.cgroups.cpus(hooked.info.cgroup_path, configured=True)  # what runc wrote from the spec
-        target = self._target(hooked, self.store.load())
-        if target is not None and current == target:
+        current = self.cgroups.cpus(hooked.cgroup_path, configured=True)  # what runc wrote from the spec
+        state = self.store.load()
+        target = self._target(hooked, state)
+        if state is not None and target is not None and current == target:
+            self.store.write_hook_view(state)  # verified: the next start of a container checks in the quick path
             return HookResult("checked", hooked.ref, str(target))
         with self.store.locked():  # a write: decided again on the state as it is under the lock
             state = self.store.load()
             target = self._target(hooked, state)
-            if target is None:
+            if state is None or target is None:
                 if state is None and not self._exclusive_count(hooked):
                     return HookResult("passed", hooked.ref, "")  # no state: nothing is exclusive anywhere
                 return self._allocate(hooked)
-            self.cgroups.set_cpus(hooked.info.cgroup_path, target)
-            self.marks.mark([hooked.info.id])
+            self.cgroups.set_cpus(hooked.cgroup_path, target)
+            self.marks.mark([hooked.id])
+            self.store.write_hook_view(state)
             return HookResult("set", hooked.ref, str(target))
 
     def _target(self, hooked: HookedContainer, state: Optional[CPUState]) -> Optional[CPUSet]:
@@ -103,7 +110,7 @@ class Hook:
         is no state)."""
         if state is None:
             return None
-        held = state.get(hooked.info.pod_uid, hooked.info.name) if hooked.kind == CONTAINER else None
+        held = state.get(hooked.pod_uid, hooked.name) if hooked.kind == CONTAINER else None
         if held is not None:
             return held
         return None if self._exclusive_count(hooked) else state.default
@@ -112,7 +119,7 @@ class Hook:
     def _exclusive_count(hooked: HookedContainer) -> int:
         from ..node.pod_views import lone_pod  # noqa: PLC0415  # the check path does not need the pod model
 
-        return lone_pod(hooked.info).guaranteed_cpus(hooked.info.name) if hooked.kind == CONTAINER else 0
+        return lone_pod(hooked.info).guaranteed_cpus(hooked.name) if hooked.kind == CONTAINER else 0
 
     def _allocate(self, hooked: HookedContainer) -> HookResult:
         """Under the lock: the policy's allocation recorded, the cgroup written, the overlapping containers moved."""
@@ -128,22 +135,23 @@ class Hook:
         check_reservation(policy)
         manager = NodeManager(topology, policy, self.store, None, cgroups=self.cgroups, options=config.options)
         try:
-            plan = manager.allocate_pod(lone_pod(hooked.info), hooked.info.name)
+            plan = manager.allocate_pod(lone_pod(hooked.info), hooked.name)
         except AllocationError as exc:
             raise HookRefusal("container %s not created: no exclusive CPUs for it: %s" % (hooked.ref, exc)) from None
-        held = plan.after.get(hooked.info.pod_uid, hooked.info.name)
+        held = plan.after.get(hooked.pod_uid, hooked.name)
         if held is None:  # the policy gave it none after all (not Guaranteed as the model says): the shared pool
             held = plan.after.default
-        self.cgroups.set_cpus(hooked.info.cgroup_path, held)
+        self.cgroups.set_cpus(hooked.cgroup_path, held)
         moved = self._move_overlapping(hooked, held, plan.after.default)
-        self.marks.mark([hooked.info.id] + moved)
+        self.marks.mark([hooked.id] + moved)
+        self.store.write_hook_view(plan.after)
         return HookResult("allocated", hooked.ref, str(held), len(moved))
 
     def _move_overlapping(self, hooked: HookedContainer, exclusive: CPUSet, pool: CPUSet) -> List[str]:
         """Every other container cgroup on ``exclusive`` to ``pool``; the IDs of those moved."""
         moved = []
         for path in self.cgroups.kubepods_leaves():
-            if path == hooked.info.cgroup_path:
+            if path == hooked.cgroup_path:
                 continue
             have = self.cgroups.cpus(path, configured=True) or self.cgroups.cpus(path)  # empty: the parent's
             if have is not None and have.intersection(exclusive):

@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 5))  # the collection
 CID = "a" * 64
 ANNOTATIONS = {"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.container-name": "app",
@@ -80,3 +82,66 @@ def test_the_agents_configuration_file_serves_the_hook(tmp_path):
     (tmp_path / "state").write_text(STATE)
     done = hook(stdin, ["--config", str(config)])
     assert done.returncode == 0 and json.loads(done.stdout)["action"] == "checked", done.stderr
+
+
+QUICK_NOT_LOADED = ("interfaces.cli_args", "services.hook", "node.config", "node.state_store", "kubelet.checkpoint",
+                    "kubelet.pod", "kubelet.cpuset")
+
+
+def loaded_modules(done):
+    return ast.literal_eval(done.stderr.strip().splitlines()[-1])
+
+
+def test_a_start_already_checked_once_takes_the_quick_path(tmp_path):
+    """The first check reads the state file (and writes the hook's view of it); the next ones read the view and load
+    no parser, configuration, checkpoint codec or pod model."""
+    stdin, flags = node(tmp_path)
+    (tmp_path / "state").write_text(STATE)
+    first = hook(stdin, flags)
+    assert "kubecpu_core.services.hook" in loaded_modules(first) and os.path.exists(tmp_path / "state.hookview")
+    again = hook(stdin, flags)
+    assert again.returncode == 0 and json.loads(again.stdout) == json.loads(first.stdout)
+    assert json.loads(again.stdout)["action"] == "checked"
+    assert not [m for m in loaded_modules(again) for name in QUICK_NOT_LOADED if m == "kubecpu_core." + name]
+
+
+def test_the_quick_path_reads_the_configuration_file_and_the_flags_win(tmp_path):
+    stdin, flags = node(tmp_path)
+    (tmp_path / "state").write_text(STATE)
+    assert hook(stdin, flags).returncode == 0  # the view written
+    config = tmp_path / "agent.json"
+    config.write_text(json.dumps({"state": str(tmp_path / "elsewhere"), "cgroup_root": str(tmp_path / "cgroup"),
+                                  "reserved_cpus": "0", "kubelet_state": str(tmp_path / "none")}))
+    done = hook(stdin, ["--config", str(config), "--state", str(tmp_path / "state")])
+    assert done.returncode == 0 and "kubecpu_core.services.hook" not in loaded_modules(done), done.stderr
+
+
+def test_a_corrupt_state_behind_a_view_is_still_refused(tmp_path):
+    stdin, flags = node(tmp_path)
+    (tmp_path / "state").write_text(STATE)
+    assert hook(stdin, flags).returncode == 0
+    (tmp_path / "state").write_text(STATE.replace('"1"', '"2"'))  # the checksum no longer matches
+    refused = hook(stdin, flags)
+    assert refused.returncode == 1 and str(tmp_path / "state") in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize("extra", [["--policy", "none"], ["--read-only"], ["--unknown", "1"], ["--state"], ["-h"]])
+def test_what_the_quick_path_does_not_read_goes_to_the_parser(tmp_path, extra):
+    stdin, flags = node(tmp_path)
+    (tmp_path / "state").write_text(STATE)
+    assert hook(stdin, flags).returncode == 0
+    done = hook(stdin, flags + extra)
+    assert "kubecpu_core.interfaces.cli_args" in loaded_modules(done)
+
+
+def test_the_quick_paths_flags_are_the_hook_parsers():
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces import hook_cli
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.cli_args import build_parser
+
+    parser = build_parser(only="hook")
+    sub = next(action for action in parser._actions if action.choices and "hook" in action.choices).choices["hook"]
+    flags = {option for action in sub._actions for option in action.option_strings} - {"-h", "--help"}
+    switches = {option for action in sub._actions for option in action.option_strings if action.nargs == 0} - {
+        "-h", "--help"}
+    assert switches == set(hook_cli.SWITCHES)
+    assert flags == set(hook_cli.QUICK_SETTINGS + hook_cli.SWITCHES + hook_cli.OTHER_FLAGS)

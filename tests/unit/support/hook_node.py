@@ -1,0 +1,88 @@
+"""A fake node for the OCI hook's tests: sysfs (1 socket x 4 cores x 2 threads), cgroupfs v1 or v2 with the
+kubelet's kubepods tree, the bundles and OCI states containerd writes, and a state file."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import NodeConfig
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.hook_marks import HookMarks
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.hook import Hook
+
+from . import fake_sysfs
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 3))  # the collection
+ALL = CPUSet.parse("0-7")
+POD = "%08x-f547-4cc8-86c8-f905f933ae0a"
+
+
+class Node:
+    """A fake node: its sysfs, cgroupfs (v1 or v2) with container cgroups below kubepods, bundles and a state."""
+
+    def __init__(self, tmp_path, v2):
+        self.tmp = tmp_path
+        self.sysfs = str(tmp_path / "sys")
+        fake_sysfs.build(self.sysfs, fake_sysfs.machine(1, 4, 2))
+        self.cgroup = tmp_path / "cgroup"
+        self.v2 = v2
+        if v2:
+            self.cgroup.mkdir()
+            (self.cgroup / "cgroup.controllers").write_text("cpuset cpu memory pids\n")
+        self.state = str(tmp_path / "state")
+        self.made = 0
+
+    def config(self, **changes):
+        settings = dict(state_path=self.state, sysfs_root=self.sysfs, cgroup_root=str(self.cgroup),
+                        reserved_cpus=CPUSet.parse("0"), kubelet_state_path=str(self.tmp / "no-kubelet-state"))
+        settings.update(changes)
+        return NodeConfig(**settings)
+
+    def hook(self, **changes):
+        return Hook(self.config(**changes), lock_timeout=0.3)
+
+    def directory(self, path):
+        return self.cgroup / path.lstrip("/") if self.v2 else self.cgroup / "cpuset" / path.lstrip("/")
+
+    def container(self, qos="Guaranteed", millicpu=2000, cpus=ALL, annotations=True):
+        """A container the runtime is creating: its cgroup (on ``cpus``), its bundle; the OCI state's bytes."""
+        self.made += 1
+        uid, cid = POD % self.made, "%064x" % self.made
+        parent = "/kubepods" if qos == "Guaranteed" else "/kubepods/%s" % qos.lower()
+        path = "%s/pod%s/%s" % (parent, uid, cid)
+        self.write_cpus(path, cpus)
+        bundle = self.tmp / "bundles" / cid
+        bundle.mkdir(parents=True)
+        names = {"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.container-name": "app",
+                 "io.kubernetes.cri.sandbox-uid": uid, "io.kubernetes.cri.sandbox-name": "pod-%d" % self.made,
+                 "io.kubernetes.cri.sandbox-namespace": "lab"} if annotations else {}
+        quota = millicpu * 100 if qos != "BestEffort" else 0
+        (bundle / "config.json").write_text(json.dumps({
+            "ociVersion": "1.0.2-dev", "annotations": names,
+            "linux": {"cgroupsPath": path, "resources": {"cpu": {"shares": max(2, millicpu * 1024 // 1000),
+                                                                 "quota": quota or -1, "period": 100000}}}}))
+        state = {"ociVersion": "1.0.2-dev", "id": cid, "status": "creating", "pid": 4242, "bundle": str(bundle),
+                 "annotations": names}
+        return {"uid": uid, "id": cid, "path": path, "stdin": json.dumps(state).encode()}
+
+    def write_cpus(self, path, cpus):
+        folder = self.directory(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "cpuset.cpus").write_text(str(cpus) + "\n")
+        if self.v2:  # the kernel's answer: what was written (the parents allow every CPU)
+            (folder / "cpuset.cpus.effective").write_text(str(cpus) + "\n")
+
+    def cpus(self, made):
+        return CPUSet.parse((self.directory(made["path"]) / "cpuset.cpus").read_text().strip())
+
+    def run(self, made, **changes):
+        return self.hook(**changes).run(io.BytesIO(made["stdin"]))
+
+    def saved(self):
+        return StateStore(self.state, read_only=True).load()
+
+    def marks(self):
+        return HookMarks(self.state).pending()
