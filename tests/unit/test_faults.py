@@ -17,6 +17,7 @@ import time
 import ansible
 import pytest
 
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import atomic
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import encode
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.container_cache import ContainerCache
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
@@ -102,7 +103,7 @@ def test_a_state_directory_that_cannot_be_written(tmp_path, monkeypatch):
     def read_only(*_args, **_kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
-    monkeypatch.setattr("tempfile.mkstemp", read_only)
+    monkeypatch.setattr(atomic, "create_temporary", read_only)
     with pytest.raises(StoreError, match="Read-only file system"):
         store.save(big_state(3))
     assert open(path, "rb").read() == before

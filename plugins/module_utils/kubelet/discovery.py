@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import CPUSetError, TopologyError
@@ -25,7 +24,9 @@ _NODE_DIR = re.compile(r"node([0-9]+)\Z")
 
 
 def run_command(argv: Sequence[str]) -> Tuple[int, str, str]:
-    """Default runner: argument list, no shell, bounded time."""
+    """Default runner: argument list, no shell, bounded time (subprocess imported here: sysfs needs none)."""
+    import subprocess  # noqa: PLC0415
+
     try:
         proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError) as exc:

@@ -20,7 +20,6 @@ from ..kubelet.policy import STATIC, Policy, StaticPolicy, new_policy
 from ..kubelet.topology import Topology
 from ..runtime.cgroups import CgroupFS
 from ..runtime.container_cache import ContainerCache
-from ..runtime.crictl import CrictlRuntime, default_endpoint
 from ..runtime.model import Runtime
 from .config import NodeConfig
 from .manager import NodeManager
@@ -57,9 +56,12 @@ def load_topology(config: NodeConfig) -> Topology:
 
 
 def build_runtime(config: NodeConfig) -> Runtime:
+    """The runtime backend asked for (each imported only then: the OCI hook, which needs none, loads neither)."""
+    from ..runtime.crictl import CrictlRuntime, default_endpoint  # noqa: PLC0415
+
     endpoint = config.runtime_endpoint or default_endpoint()
     if config.runtime == "cri":
-        from ..runtime.cri_grpc import CRIRuntime  # noqa: PLC0415  # optional dependency: imported only when asked for
+        from ..runtime.cri_grpc import CRIRuntime  # noqa: PLC0415
 
         return CRIRuntime(endpoint, config.runtime_timeout)
     return CrictlRuntime(config.crictl_path, endpoint, config.runtime_timeout)

@@ -63,3 +63,14 @@ def test_an_interrupt_also_removes_the_temporary_file(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         atomic.atomic_write(str(tmp_path / "file"), b"x", durable=False)
     assert os.listdir(tmp_path) == []
+
+
+def test_a_temporary_file_is_new_private_and_named_after_its_file(tmp_path, monkeypatch):
+    taken = tmp_path / ".state.tmp-000000000000"
+    taken.write_bytes(b"someone else's")
+    draws = iter([bytes(6), bytes(6), b"\x01" * 6])  # the first two names are taken: a third is drawn
+    monkeypatch.setattr(os, "urandom", lambda _n: next(draws))
+    fd, tmp = atomic.create_temporary(str(tmp_path), "state")
+    os.close(fd)
+    assert tmp == str(tmp_path / ".state.tmp-010101010101") and os.stat(tmp).st_mode & 0o777 == 0o600
+    assert taken.read_bytes() == b"someone else's"
