@@ -1,0 +1,168 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, kubecpu developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later (the Ansible glue; the core in module_utils is Apache-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: cpu_manager_runtime_hook
+short_description: Install or remove kubecpu's fail-closed OCI hook in containerd or CRI-O
+version_added: 0.5.0
+description:
+  - Puts C(bin/kubecpu hook) on every container's creation path, so that no container runs its first instruction on
+    CPUs it must not use; a container the hook cannot place is not created (the kubelet retries it). The agent role
+    runs this module for O(cpu_manager_fail_closed=true) and O(cpu_manager_agent_mode=hook).
+  - containerd (1.6 and 1.7; any other version is refused, as it was not seen running a base spec's hooks) gets the
+    hook through the CRI runtime handler's C(base_runtime_spec) - a spec file made from the handler's own base spec,
+    or containerd's default (C(ctr oci spec)), with the hook added - and one line in O(containerd_config); every other
+    byte of that file is left as it was. Before returning, C(containerd config dump) must show the file for the
+    handler, else the configuration is put back and the task fails. containerd must then restart
+    (RV(restart_needed)) to use it.
+  - CRI-O gets an OCI hooks.d file, C(kubecpu.json) in O(crio_hooks_dir), for every container at C(createRuntime).
+  - O(state=absent) puts back what the handler's C(base_runtime_spec) was before (or removes the line) and removes
+    the files, only while the line is still kubecpu's.
+author: kubecpu developers (@kubecpu)
+attributes:
+  check_mode:
+    support: full
+    description: Reports the files it would write or remove.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    description: A second run with the same options changes nothing.
+options:
+  state:
+    description: Installed or not.
+    type: str
+    choices: [present, absent]
+    default: present
+  runtime:
+    description: The container runtime.
+    type: str
+    choices: [containerd, crio]
+    default: containerd
+  kubecpu:
+    description: The installed C(bin/kubecpu).
+    type: path
+    default: /opt/kubecpu/bin/kubecpu
+  config:
+    description: The agent's configuration file, which the hook reads (C(--config)).
+    type: path
+    default: /etc/kubecpu/agent.json
+  python:
+    description: The node's interpreter for the hook (run with C(-I -S)).
+    type: path
+    default: /usr/bin/python3
+  timeout:
+    description: Seconds the runtime gives the hook (the hook itself gives up on the state lock after 2 s).
+    type: int
+    default: 10
+  containerd_config:
+    description: containerd's configuration file (version 2, or an empty file).
+    type: path
+    default: /etc/containerd/config.toml
+  containerd_handler:
+    description: The CRI runtime handler whose containers get the hook.
+    type: str
+    default: runc
+  containerd_binaries:
+    description: The directory with C(containerd) and C(ctr) ("" finds them on the PATH).
+    type: path
+    default: ""
+  spec_path:
+    description: The base runtime spec kubecpu writes for containerd.
+    type: path
+    default: /etc/kubecpu/base-runtime-spec.json
+  crio_hooks_dir:
+    description: CRI-O's OCI hooks directory.
+    type: path
+    default: /etc/containers/oci/hooks.d
+"""
+
+EXAMPLES = r"""
+- name: Fail closed on containerd (then restart containerd)
+  kubecpu.cpu_manager.cpu_manager_runtime_hook:
+    runtime: containerd
+  register: hook
+
+- name: Restart containerd to take the base spec
+  ansible.builtin.systemd_service:
+    name: containerd
+    state: restarted
+  when: hook.restart_needed
+"""
+
+RETURN = r"""
+files:
+  description: The files written or removed (in check mode, that would be).
+  returned: success
+  type: list
+  elements: str
+restart_needed:
+  description: Whether the runtime must restart to take the change (containerd's configuration changed).
+  returned: success
+  type: bool
+detail:
+  description: Where the hook is installed (or what the handler's base spec is again).
+  returned: success
+  type: str
+hook:
+  description: The OCI hook entry.
+  returned: success
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.zip_import import compile_once
+
+compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
+
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import run_module
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.runtime_hook import (
+    Containerd, hook_entry, install_crio, remove_crio)
+
+
+def hook(module: AnsibleModule) -> dict:
+    params = module.params
+
+    def run(argv):
+        code, out, err = module.run_command(argv)
+        if code != 0:
+            raise ConfigError("%s failed (exit %d): %s" % (" ".join(argv), code, (err or out).strip()[:500]))
+        return out
+
+    entry = hook_entry(params["python"], params["kubecpu"], params["config"], params["timeout"])
+    present = params["state"] == "present"
+    if params["runtime"] == "crio":
+        done = install_crio(params["crio_hooks_dir"], entry, module.check_mode) if present else remove_crio(
+            params["crio_hooks_dir"], module.check_mode)
+    else:
+        containerd = Containerd(params["containerd_config"], params["containerd_handler"], params["spec_path"], run,
+                                params["containerd_binaries"])
+        done = containerd.install(entry, module.check_mode) if present else containerd.remove(module.check_mode)
+    return {"changed": done.changed, "files": done.files, "restart_needed": done.restart and done.changed,
+            "detail": done.detail, "hook": entry}
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec={
+        "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+        "runtime": {"type": "str", "choices": ["containerd", "crio"], "default": "containerd"},
+        "kubecpu": {"type": "path", "default": "/opt/kubecpu/bin/kubecpu"},
+        "config": {"type": "path", "default": "/etc/kubecpu/agent.json"},
+        "python": {"type": "path", "default": "/usr/bin/python3"},
+        "timeout": {"type": "int", "default": 10},
+        "containerd_config": {"type": "path", "default": "/etc/containerd/config.toml"},
+        "containerd_handler": {"type": "str", "default": "runc"},
+        "containerd_binaries": {"type": "path", "default": ""},
+        "spec_path": {"type": "path", "default": "/etc/kubecpu/base-runtime-spec.json"},
+        "crio_hooks_dir": {"type": "path", "default": "/etc/containers/oci/hooks.d"},
+    }, supports_check_mode=True)
+    run_module(module, hook)
+
+
+if __name__ == "__main__":
+    main()
