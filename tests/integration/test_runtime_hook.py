@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import sys
 
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
@@ -64,3 +66,56 @@ def test_installed_run_and_removed_on_a_real_containerd(binaries, tmp_path, bare
 
     assert containerd.remove(check=False).changed and config.read_text() == original
     assert not os.path.exists(spec) and not containerd.remove(check=False).changed
+
+
+HOOK_TASKS = """---
+- name: The agent role's OCI hook tasks
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Fail closed, or not
+      ansible.builtin.include_role:
+        name: kubecpu.cpu_manager.cpu_manager_agent
+        tasks_from: hook.yml
+"""
+
+
+def role_hook(tmp_path, fail_closed, python, check=False):
+    """The role's hook tasks on this machine (containerd 1.6 from Debian; no restart: the test's containerd is not
+    a service); the PLAY RECAP's changed count."""
+    from test_modules import collections_path
+
+    playbook = tmp_path / "hook.yml"
+    playbook.write_text(HOOK_TASKS)
+    extra = {"cpu_manager_fail_closed": fail_closed, "cpu_manager_agent_install_dir": ROOT,
+             "cpu_manager_agent_config_path": str(tmp_path / "agent.json"), "cpu_manager_agent_python": python,
+             "cpu_manager_agent_containerd_config": str(tmp_path / "config.toml"),
+             "cpu_manager_agent_containerd_service": "", "ansible_python_interpreter": sys.executable,
+             "cpu_manager_agent_hook_spec_path": str(tmp_path / "base-runtime-spec.json")}
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_STDOUT_CALLBACK="default")
+    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
+            str(playbook), "-e", json.dumps(extra)] + (["--check"] if check else [])
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    return int(re.search(r"changed=(\d+)", proc.stdout).group(1)), proc.stdout
+
+
+def test_the_agent_roles_hook_tasks_install_verify_and_undo(tmp_path, bare_python):
+    import lab as lab_module
+
+    original = lab_module.CONFIG.format(dir=tmp_path / "unused", pause=lab_module.PAUSE_IMAGE, systemd="false",
+                                        base_spec="")
+    (tmp_path / "config.toml").write_text(original)
+    (tmp_path / "agent.json").write_text(json.dumps({"state": str(tmp_path / "state"), "reserved_cpus": "0"}))
+    changed, _out = role_hook(tmp_path, True, bare_python, check=True)
+    assert changed == 1 and (tmp_path / "config.toml").read_text() == original  # check mode: nothing written
+    changed, out = role_hook(tmp_path, True, bare_python)
+    assert changed == 1 and "containerd takes it when it restarts" in out
+    assert "Run the hook's command line from the runtime's spec" in out  # and it passed the probe container
+    spec = json.loads((tmp_path / "base-runtime-spec.json").read_text())
+    assert spec["hooks"]["createRuntime"][0]["args"][:3] == [bare_python, "-I", "-S"]
+    assert role_hook(tmp_path, True, bare_python)[0] == 0  # idempotent
+    assert role_hook(tmp_path, False, bare_python)[0] == 1
+    assert (tmp_path / "config.toml").read_text() == original and not (tmp_path / "base-runtime-spec.json").exists()
+    assert role_hook(tmp_path, False, bare_python)[0] == 0
