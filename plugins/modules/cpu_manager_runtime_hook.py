@@ -82,16 +82,19 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Fail closed on containerd (then restart containerd)
+- name: Fail closed on containerd
   kubecpu.cpu_manager.cpu_manager_runtime_hook:
     runtime: containerd
   register: hook
 
-- name: Restart containerd to take the base spec
-  ansible.builtin.systemd_service:
-    name: containerd
-    state: restarted
-  when: hook.restart_needed
+- name: Say whether containerd must restart to take it (the agent role restarts it)
+  ansible.builtin.debug:
+    msg: "{{ hook.detail }}; restart containerd now: {{ hook.restart_needed }}"
+
+- name: Take it out again (what the handler's base spec was is put back)
+  kubecpu.cpu_manager.cpu_manager_runtime_hook:
+    runtime: containerd
+    state: absent
 """
 
 RETURN = r"""

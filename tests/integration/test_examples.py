@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_crictl
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs
 import fleet
+import lab
 
 MODULES = sorted(name[:-3] for name in os.listdir(os.path.join(ROOT, "plugins", "modules")) if name.endswith(".py"))
 NIC = "0000:3b:00.0"
@@ -44,7 +45,10 @@ def stand_in(tmp_path):
         handle.write("1\n")
     (tmp_path / "config.yaml").write_text(fleet.KUBEADM_CONFIG)
     (tmp_path / "kubelet_state").write_bytes(fleet._state("static", "0-1,3-127", {(fleet.POD_A, "app"): "2"}))
+    (tmp_path / "containerd.toml").write_text(lab.CONFIG.format(dir=tmp_path / "containerd", pause=lab.PAUSE_IMAGE,
+                                                                 systemd="false", base_spec=""))
     node.update(root=root, state=str(tmp_path / "state"), config=str(tmp_path / "config.yaml"),
+                containerd_config=str(tmp_path / "containerd.toml"),
                 kubelet_state=str(tmp_path / "kubelet_state"), dir=str(tmp_path))
     return node
 
@@ -69,7 +73,11 @@ def test_the_examples_run(stand_in, module):
                                  "kubecpu.cpu_manager.cpu_topology_facts": node_defaults,
                                  "kubecpu.cpu_manager.cpu_manager_reservation": node_defaults,
                                  "kubecpu.cpu_manager.cpu_manager_kubelet_config": dict(
-                                     node_defaults, state_path=stand_in["kubelet_state"])},
+                                     node_defaults, state_path=stand_in["kubelet_state"]),
+                                 "kubecpu.cpu_manager.cpu_manager_runtime_hook": {  # this machine's containerd 1.6
+                                     "containerd_config": stand_in["containerd_config"], "python": sys.executable,
+                                     "spec_path": os.path.join(stand_in["dir"], "kubecpu", "base-runtime-spec.json"),
+                                     "kubecpu": os.path.join(ROOT, "bin", "kubecpu")}},
              "tasks": tasks}]
     playbook = os.path.join(stand_in["dir"], "examples.yml")
     with open(playbook, "w", encoding="utf-8") as handle:

@@ -268,6 +268,10 @@ class Containerd:
             (self.previous_path, json.dumps({"base_runtime_spec": previous}) + "\n"), (self.spec, spec_text),
             (self.config, new_text)) if _read(path) != content]
         if writes and not check:
+            try:
+                os.makedirs(os.path.dirname(self.spec), mode=0o755, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError("cannot create %s: %s" % (os.path.dirname(self.spec), exc.strerror)) from None
             for path, content in writes:
                 _write(path, content, 0o600 if path == self.previous_path else 0o644)
             try:
