@@ -138,6 +138,8 @@ class LabCRI(cri_grpc.CRIRuntime):
 
 
 BUSYBOX_IMAGE = "localhost/busybox:1.35.0"
+# A container's command that prints what it runs its first instruction on (in its log), then sleeps.
+FIRST_LINE = ["/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status; exec sleep infinity"]
 PAUSE_IMAGE = "localhost/pause:busybox"
 PACKAGES = ("containerd", "runc", "busybox-static")
 
@@ -436,9 +438,10 @@ SETTINGS = "lab.json"  # what ``lab.py start`` made the lab with, in its directo
 
 def main(argv: Optional[List[str]] = None) -> int:
     """``lab.py start DIR [--systemd] [--nri BINARIES]``: a containerd left running in DIR (its endpoint printed as
-    JSON); ``lab.py pod DIR NAME QOS MILLICPU...``: a pod of one container per CPU request (0: none) in it;
-    ``lab.py rmpod DIR UID``: that pod removed; ``lab.py cpus DIR ID``: a container's cpuset in cgroupfs and its
-    process's Cpus_allowed_list; ``lab.py stop
+    JSON); ``lab.py pod DIR NAME QOS MILLICPU...``: a pod of one container per CPU request (0: none) in it, each
+    printing its first Cpus_allowed_list into its log (the paths printed); ``lab.py rmpod DIR UID``: that pod
+    removed; ``lab.py restart DIR``: containerd restarted on its config.toml as it is now (the pods keep running);
+    ``lab.py cpus DIR ID``: a container's cpuset in cgroupfs and its process's Cpus_allowed_list; ``lab.py stop
     DIR``: its pods removed, it stopped, DIR removed. For tests that script a node from outside."""
     import argparse  # noqa: PLC0415  # the command line only
 
@@ -462,6 +465,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     where = sub.add_parser("cpus")
     where.add_argument("dir")
     where.add_argument("container_id")
+    again = sub.add_parser("restart")
+    again.add_argument("dir")
     args = parser.parse_args(argv)
     if args.command == "start":
         os.makedirs(args.dir, exist_ok=True)
@@ -484,6 +489,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                           "proc": lab.allowed_cpus(args.container_id)}))
         lab.detach()
         return 0
+    if args.command == "restart":  # containerd again on its config.toml as it is now (an edit taken), pods kept
+        _stop_daemon_of(args.dir)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lab.socket)
+        lab.start_daemon()
+        print(json.dumps({"endpoint": lab.endpoint}))
+        lab.detach()
+        return 0
     if args.command == "rmpod":
         for item in lab.cri.list_pods():
             if item.uid == args.uid:
@@ -492,23 +505,30 @@ def main(argv: Optional[List[str]] = None) -> int:
         lab.detach()
         return 0
     if args.command == "pod":
-        containers = [{"name": "c%d" % n, "cpu": milli or None} for n, milli in enumerate(args.millicpu)]
+        containers = [{"name": "c%d" % n, "cpu": milli or None, "command": FIRST_LINE}
+                      for n, milli in enumerate(args.millicpu)]
         made = lab.run_pod(args.name, args.qos, containers)
-        print(json.dumps({"uid": made["uid"], "containers": made["containers"]}))
+        logs = {name: os.path.join(made["sandbox"]["log_directory"], name, "0.log") for name in made["containers"]}
+        print(json.dumps({"uid": made["uid"], "containers": made["containers"], "logs": logs}))
         lab.detach()
         return 0
     for item in lab.cri.list_pods():
         with contextlib.suppress(Exception):
             lab.cri.remove_pod_sandbox(item.id)
-    with open(os.path.join(args.dir, "containerd.pid"), encoding="utf-8") as handle:
+    _stop_daemon_of(args.dir)
+    lab.teardown()
+    return 0
+
+
+def _stop_daemon_of(directory: str) -> None:
+    """SIGTERM to the containerd ``lab.py start`` left running in ``directory``; waits (60 s at most) for it to go."""
+    with open(os.path.join(directory, "containerd.pid"), encoding="utf-8") as handle:
         pid = int(handle.read())
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 60
     while os.path.exists("/proc/%d" % pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    lab.teardown()
-    return 0
 
 
 if __name__ == "__main__":

@@ -94,3 +94,50 @@ def test_the_agent_role_in_mode_nri_pins_at_creation_then_is_removed(guest, lab1
         assert guest.ssh(["test", "-e", "/etc/systemd/system/kubecpu-agent.service"], check=False).returncode != 0
     finally:
         guest.ssh(["python3", "%s/scripts/lab.py" % REMOTE, "stop", NRI_LAB], check=False, timeout=900)
+
+
+def test_the_agent_role_in_mode_hook_pins_at_creation_on_containerd_16_then_turns_it_off(guest, lab16, tmp_path):
+    """containerd 1.6 (no NRI) with the systemd driver on cgroup v2: the role installs the OCI hook into the lab's
+    config.toml (containerd is the lab's, not a unit: restarted here), a new Guaranteed container's first process runs
+    on its exclusive CPU from its creation; turned off (mode loop), config.toml is as it was and containers start
+    unhooked, the loop pinning them."""
+    config = "%s/config.toml" % lab16
+    before = guest.ssh(["cat", config]).stdout
+    hook_vars = dict(AGENT_VARS, cpu_manager_agent_mode="hook", cpu_manager_agent_containerd_config=config,
+                     cpu_manager_agent_containerd_service="")
+    role = ("---\n- name: The agent in mode hook\n  hosts: all\n  gather_facts: false\n  roles:\n"
+            "    - role: kubecpu.cpu_manager.cpu_manager_agent\n")
+    done = playbook(guest, tmp_path, role, extra=hook_vars)
+    assert "Run the hook's command line from the runtime's spec" in done.stdout
+    assert 'base_runtime_spec = "/etc/kubecpu/base-runtime-spec.json"' in guest.ssh(["cat", config]).stdout
+    lab(guest, "restart", lab16)
+    state = "/var/lib/kubecpu/cpu_manager_state"
+    pod = lab(guest, "pod", lab16, "hooked", "Guaranteed", "1000")
+    held = cpus(state_entries(guest, state)[pod["uid"]]["c0"])  # in the state when the container was created
+    assert len(held) == 1
+    first = first_line(guest, pod["logs"]["c0"])
+    assert cpus(first) == held, first  # its first instruction on its exclusive CPU: the hook placed it at creation
+    print("mode hook on the guest: %s's first line %s" % (pod["containers"]["c0"][:12], first))
+
+    playbook(guest, tmp_path, role, extra=dict(hook_vars, cpu_manager_agent_mode="loop"))
+    assert guest.ssh(["cat", config]).stdout == before
+    assert guest.ssh(["test", "-e", "/etc/kubecpu/base-runtime-spec.json"], check=False).returncode != 0
+    lab(guest, "restart", lab16)
+    later = lab(guest, "pod", lab16, "unhooked", "Guaranteed", "1000")
+    deadline = time.monotonic() + 240
+    while later["uid"] not in state_entries(guest, state):  # the loop's pass, not the hook, pins it now
+        assert time.monotonic() < deadline, "the agent did not pin the pod"
+        time.sleep(2)
+    settle(guest, lab16, later["containers"]["c0"], cpus(state_entries(guest, state)[later["uid"]]["c0"]))
+    assert cpus(first_line(guest, later["logs"]["c0"])) != cpus(state_entries(guest, state)[later["uid"]]["c0"])
+
+
+def first_line(guest, log, timeout=120):
+    """The CPU list a container printed first (lab.py's containers print their Cpus_allowed_list, then sleep)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = guest.ssh(["head", "-n", "1", log], check=False).stdout
+        if text.endswith("\n"):
+            return text.split("Cpus_allowed_list:", 1)[1].strip()
+        assert time.monotonic() < deadline, "nothing in %s after %.0f s" % (log, timeout)
+        time.sleep(1)

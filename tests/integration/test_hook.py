@@ -98,15 +98,20 @@ class HookedLab:
             os.unlink(self.log)
 
 
-@pytest.fixture(scope="module", params=["containerd 1.6", "containerd 1.7.24 NRI"])
-def hooked(request, tmp_path_factory, bare_python):
+def hooked_lab(tmp_path_factory, python, nri):
+    """containerd 1.6 (Debian's), or 1.7.24 with NRI enabled, every container started through the hook."""
     import lab as lab_module  # conftest put scripts/ on the path
 
     binaries = None
-    if request.param.endswith("NRI"):
+    if nri:
         binaries = subprocess.run(["bash", os.path.join(ROOT, "scripts", "containerd-nri.sh")], capture_output=True,
                                   text=True, check=True, timeout=600).stdout.strip().splitlines()[-1]
-    made = HookedLab(lab_module, str(tmp_path_factory.mktemp("hook")), bare_python, binaries, bool(binaries))
+    return HookedLab(lab_module, str(tmp_path_factory.mktemp("hook")), python, binaries, nri)
+
+
+@pytest.fixture(scope="module", params=["containerd 1.6", "containerd 1.7.24 NRI"])
+def hooked(request, tmp_path_factory, bare_python):
+    made = hooked_lab(tmp_path_factory, bare_python, request.param.endswith("NRI"))
     with made.lab:
         yield made
 
@@ -115,6 +120,15 @@ def hooked(request, tmp_path_factory, bare_python):
 def node(hooked):
     yield hooked
     hooked.clean()
+
+
+@pytest.fixture
+def nri_node(tmp_path_factory, bare_python):
+    """containerd 1.7.24 with NRI, for the plugin's own pass before the hook (1.6 has no NRI)."""
+    made = hooked_lab(tmp_path_factory, bare_python, True)
+    with made.lab:
+        yield made
+        made.clean()
 
 
 def first_line(pod, timeout=20):
@@ -181,9 +195,8 @@ def test_a_corrupt_state_refuses_creation_and_is_kept(node):
     assert open(node.state, "rb").read() == before
 
 
-def test_with_the_plugin_up_the_hook_only_checks(node, bare_python, tmp_path):
-    if not node.lab.nri:
-        pytest.skip("containerd 1.6 has no NRI")
+def test_with_the_plugin_up_the_hook_only_checks(nri_node, bare_python, tmp_path):
+    node = nri_node
     argv = [KUBECPU, "nri", "--socket", node.lab.nri_socket, "--state", node.state, "--reserved-cpus", "0",
             "--kubelet-state", os.path.join(node.dir, "no-kubelet-state"), "--metrics-path", str(tmp_path / "m.prom")]
     plugin = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -195,6 +208,9 @@ def test_with_the_plugin_up_the_hook_only_checks(node, bare_python, tmp_path):
         answer = node.answers()[-1]
         assert json.loads(answer["out"])["action"] == "checked"  # the plugin had placed it
         assert answer["before"] is not None and answer["before"] == answer["after"]  # and the hook wrote nothing
+        assert os.path.exists(node.state + ".hookview")  # the next checks read the view, not the checkpoint
+        web = node.pod("web", "Burstable", 250)  # the plugin put it on the shared pool: checked from the view
+        assert first_line(web) == "0" and json.loads(node.answers()[-1]["out"])["action"] == "checked"
     finally:
         plugin.send_signal(signal.SIGTERM)
         plugin.wait(timeout=30)
