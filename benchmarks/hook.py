@@ -29,6 +29,8 @@ import time
 
 from _common import percentiles  # also sets up the import path
 
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.runtime_hook import hook_entry, with_hook
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import lab as lab_module  # noqa: E402
@@ -46,9 +48,11 @@ def _binaries():
 def _base_spec(binaries, work, state):
     spec = json.loads(subprocess.run([os.path.join(binaries, "ctr"), "oci", "spec"], capture_output=True, text=True,
                                      check=True).stdout)
-    spec["hooks"] = {"createRuntime": [{"path": PYTHON, "args": [
-        PYTHON, KUBECPU, "hook", "--state", state, "--reserved-cpus", "0", "--kubelet-state",
-        os.path.join(work, "no-kubelet-state")], "timeout": 10}]}
+    config = os.path.join(work, "agent.json")  # as the agent role installs it: the agent's configuration file
+    with open(config, "w", encoding="utf-8") as handle:
+        json.dump({"state": state, "reserved_cpus": "0", "kubelet_state": os.path.join(work, "no-kubelet-state")},
+                  handle)
+    spec = with_hook(spec, hook_entry(PYTHON, KUBECPU, config, 10))
     path = os.path.join(work, "base-spec.json")
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(spec, handle)

@@ -14,7 +14,6 @@ the hook's parser knows. Anything else, and every start the check cannot confirm
 from __future__ import annotations
 
 import io
-import json
 import sys
 
 from ..errors import KubecpuError
@@ -22,6 +21,7 @@ from ..node.state_paths import DEFAULT_PATH
 from ..runtime.cgroups import DEFAULT_ROOT
 from ..runtime.oci_hook import read_stdin
 from ..services.hook_check import quick_check
+from ..wire.json_lean import dumps, loads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def cmd_hook(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) 
     from .cli_args import node_config  # noqa: PLC0415
 
     result = Hook(node_config(args), args.lock_timeout).run(_stdin_bytes(stdin))
-    out.write(json.dumps(result.to_dict()) + "\n")
+    out.write(dumps(result.to_dict()) + "\n")
     return 0
 
 
@@ -65,7 +65,7 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout, err: Te
         except KubecpuError:
             answer = None  # the full hook reads the same input again and reports it
         if answer is not None:
-            out.write(json.dumps(answer) + "\n")
+            out.write(dumps(answer) + "\n")
             return 0
         stdin = io.TextIOWrapper(io.BytesIO(data))
     from .cli_args import build_parser, run_command  # noqa: PLC0415
@@ -107,7 +107,7 @@ def _config_settings(path: str) -> Optional[Dict[str, str]]:
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_CONFIG_BYTES + 1)
-        doc = json.loads(data)
+        doc = loads(data)
     except (OSError, ValueError):
         return None
     if len(data) > MAX_CONFIG_BYTES or not isinstance(doc, dict):

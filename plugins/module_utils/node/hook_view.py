@@ -21,8 +21,9 @@ The view exists once a hook has run; from then on every state writer keeps it cu
 
 from __future__ import annotations
 
-import json
 import os
+
+from ..wire.json_lean import dumps, loads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the hook's check path imports this module: typing is not loaded at run time
@@ -50,7 +51,7 @@ def write_view(state_path: str, file_identity: List[int], state: CPUState) -> No
     doc = {"file": file_identity, "policy": state.policy_name, "default": str(state.default),
            "entries": {pod: {name: str(cpus) for name, cpus in containers.items()}
                        for pod, containers in state.entries.items()}}
-    atomic_write(view_path(state_path), json.dumps(doc, separators=(",", ":")).encode("utf-8"), durable=False)
+    atomic_write(view_path(state_path), dumps(doc).encode("utf-8"), durable=False)
 
 
 def read_view(state_path: str) -> Optional[Dict[str, object]]:
@@ -65,7 +66,7 @@ def read_view(state_path: str) -> Optional[Dict[str, object]]:
     if len(data) > MAX_VIEW_BYTES:
         return None
     try:
-        doc = json.loads(data)
+        doc = loads(data)
     except ValueError:
         return None
     if not isinstance(doc, dict) or doc.get("file") != current or not _well_formed(doc):

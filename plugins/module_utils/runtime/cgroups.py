@@ -9,7 +9,6 @@ Paths are cgroupfs-form container cgroups (``/kubepods/pod<uid>/<id>``) relative
 from __future__ import annotations
 
 import os
-import re
 
 from ..errors import CPUSetError, StoreError
 
@@ -21,7 +20,7 @@ if TYPE_CHECKING:  # the OCI hook's check path reads a cpuset through this modul
 
 DEFAULT_ROOT = "/sys/fs/cgroup"
 KUBEPODS_ROOTS = ("kubepods", "kubepods.slice")  # the kubelet's top cgroup: cgroupfs and systemd drivers
-_POD_DIR = re.compile(r"^(pod[0-9a-fA-F-]+|kubepods(-burstable|-besteffort)?-pod[0-9a-fA-F_]+\.slice)$")
+_POD_DIR = r"(pod[0-9a-fA-F-]+|kubepods(-burstable|-besteffort)?-pod[0-9a-fA-F_]+\.slice)\Z"
 
 
 class CgroupFS:
@@ -81,7 +80,7 @@ class CgroupFS:
                 continue
             if children:
                 stack.extend(children)
-            elif _POD_DIR.match(os.path.basename(os.path.dirname(path))):  # not an empty QoS or pod cgroup
+            elif _is_pod_dir(os.path.basename(os.path.dirname(path))):  # not an empty QoS or pod cgroup
                 yield "/" + os.path.relpath(path, top)
 
     def mems(self, path: str) -> Optional[CPUSet]:
@@ -139,3 +138,10 @@ class CgroupFS:
 
     def _has(self, controller: str, path: str) -> bool:
         return os.path.isdir(self.directory(controller, path))
+
+
+def _is_pod_dir(name: str) -> bool:
+    """A kubelet pod cgroup's name (``re`` loaded here, not at import: the OCI hook's check path reads a cpuset)."""
+    import re  # noqa: PLC0415
+
+    return re.match(_POD_DIR, name) is not None

@@ -15,29 +15,20 @@ Both inputs are hostile until parsed: each has a size limit and stdin a read tim
 
 from __future__ import annotations
 
-import collections
-import json
 import os
 import select
 import time
 
 from ..errors import HookInputError, RuntimeOutputError
 from .cgroup_paths import cgroupfs_path, qos_from_cgroup
+from ..wire.json_lean import loads
 from .ids import check_container_id
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # every container start imports this module: typing (about 5 ms) is not loaded at run time
-    from typing import IO, Any, Dict, List, NamedTuple, Optional
+    from typing import IO, Any, Dict, List, Optional
 
     from .model import ContainerInfo
-
-    class HookState(NamedTuple):
-        id: str
-        pid: int
-        bundle: str
-        annotations: Dict[str, str]
-else:
-    HookState = collections.namedtuple("HookState", "id pid bundle annotations")
 
 MAX_STATE_BYTES = 64 * 1024  # the OCI state: an ID, a PID, a path and the annotations
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # config.json: its environment and mounts are the large parts (tens of KiB)
@@ -51,6 +42,24 @@ _ANNOTATIONS = (
     ("io.kubernetes.cri-o.ContainerType", "io.kubernetes.pod.uid", "io.kubernetes.pod.name",
      "io.kubernetes.pod.namespace", "io.kubernetes.container.name"),
 )
+
+
+class HookState:
+    """The OCI state on the hook's stdin: the container's ID, its process (0 before it runs), bundle and
+    annotations."""
+
+    __slots__ = ("annotations", "bundle", "id", "pid")
+
+    def __init__(self, cid: str, pid: int, bundle: str, annotations: Dict[str, str]) -> None:
+        self.id, self.pid, self.bundle, self.annotations = cid, pid, bundle, annotations
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HookState):
+            return NotImplemented
+        return (self.id, self.pid, self.bundle, self.annotations) == (other.id, other.pid, other.bundle,
+                                                                      other.annotations)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable: not hashable
 
 
 class HookedContainer:
@@ -176,7 +185,7 @@ def _read_limited(stream: IO[bytes], limit: int, timeout: float) -> bytes:
 
 def _json_object(data: bytes, what: str) -> Dict[str, Any]:
     try:
-        doc = json.loads(data)
+        doc = loads(data)
     except ValueError as exc:
         raise HookInputError("%s is not JSON: %s" % (what, exc)) from None
     if not isinstance(doc, dict):
