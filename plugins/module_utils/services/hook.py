@@ -20,8 +20,10 @@ the container, the kubelet reports ``CreateContainerError`` and retries; nothing
 annotations do not name as a Kubernetes container passes untouched; so does everything under the ``none`` policy.
 
 The cgroups it writes are marked (``node.hook_marks``) so that the next pass of the agent or the plugin brings the
-runtime's own record in line. The check path reads two small files and one cgroup file; only an allocation imports
-the policy and discovers the topology.
+runtime's own record in line. A container that is already right is mostly answered before this module is even
+loaded (``services.hook_check``, from the view of the state this module writes after each decision it verified);
+here, the check reads the state and one cgroup file, and only an allocation imports the policy and discovers the
+topology.
 
 Where it differs from the agent: it sees one container, so a pod's init containers' CPUs are not reused for its app
 containers (the agent and the plugin, which see the whole pod, do reuse them), and the Topology Manager's pod scope
