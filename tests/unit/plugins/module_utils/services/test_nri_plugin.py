@@ -172,14 +172,16 @@ def process(tmp_path):
                              "--cgroup-root", str(tmp_path / "cgroup"), "--kubelet-state", str(tmp_path / "none"),
                              "--metrics-path", str(metrics)],
                             env=dict(os.environ, KUBECPU_PYTHON=sys.executable), stdout=subprocess.DEVNULL, stderr=log)
-    runtime.accept()
-    runtime.metrics, runtime.log_path = metrics, tmp_path / "plugin.log"
-    yield proc, runtime
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait(timeout=10)
-    log.close()
-    runtime.close()
+    try:
+        runtime.accept(timeout=30)  # a deadline: the plugin starts in well under a second unless the host is loaded
+        runtime.metrics, runtime.log_path = metrics, tmp_path / "plugin.log"
+        yield proc, runtime
+    finally:  # a plugin that never connected is stopped too, not left running
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        log.close()
+        runtime.close()
 
 
 def alive_and_answering(proc, runtime, uid="after"):
