@@ -12,7 +12,8 @@ version_added: 0.5.0
 description:
   - Puts C(bin/kubecpu hook) on every container's creation path, so that no container runs its first instruction on
     CPUs it must not use; a container the hook cannot place is not created (the kubelet retries it). The agent role
-    runs this module for O(cpu_manager_fail_closed=true) and O(cpu_manager_agent_mode=hook).
+    C(kubecpu.cpu_manager.cpu_manager_agent) runs this module for C(cpu_manager_fail_closed=true) and
+    C(cpu_manager_agent_mode=hook).
   - containerd (1.6 and 1.7; any other version is refused, as it was not seen running a base spec's hooks) gets the
     hook through the CRI runtime handler's C(base_runtime_spec) - a spec file made from the handler's own base spec,
     or containerd's default (C(ctr oci spec)), with the hook added - and one line in O(containerd_config); every other
@@ -29,6 +30,7 @@ attributes:
     description: Reports the files it would write or remove.
   diff_mode:
     support: none
+    description: It reports the files it writes, not their contents.
   idempotent:
     support: full
     description: A second run with the same options changes nothing.

@@ -45,8 +45,8 @@ def stand_in(tmp_path):
         handle.write("1\n")
     (tmp_path / "config.yaml").write_text(fleet.KUBEADM_CONFIG)
     (tmp_path / "kubelet_state").write_bytes(fleet._state("static", "0-1,3-127", {(fleet.POD_A, "app"): "2"}))
-    (tmp_path / "containerd.toml").write_text(lab.CONFIG.format(dir=tmp_path / "containerd", pause=lab.PAUSE_IMAGE,
-                                                                 systemd="false", base_spec=""))
+    containerd = lab.CONFIG.format(dir=tmp_path / "containerd", pause=lab.PAUSE_IMAGE, systemd="false", base_spec="")
+    (tmp_path / "containerd.toml").write_text(containerd)
     node.update(root=root, state=str(tmp_path / "state"), config=str(tmp_path / "config.yaml"),
                 containerd_config=str(tmp_path / "containerd.toml"),
                 kubelet_state=str(tmp_path / "kubelet_state"), dir=str(tmp_path))
