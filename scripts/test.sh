@@ -13,7 +13,9 @@ started=$SECONDS
 work="" installed=""
 guest_pid=""
 # the guest stage runs beside the others; on any exit it is stopped (it stops its QEMUs itself on SIGTERM)
-trap '[[ -n $guest_pid ]] && kill "$guest_pid" 2>/dev/null && wait "$guest_pid"; rm -rf ${work:+"$work"} ${installed:+"$installed"}' EXIT
+# (the failing stage's exit code is kept: under set -e the stopped guest stage's 143 from wait became the suite's)
+trap 'code=$?; if [[ -n $guest_pid ]] && kill "$guest_pid" 2>/dev/null; then wait "$guest_pid" || true; fi
+      rm -rf ${work:+"$work"} ${installed:+"$installed"}; exit $code' EXIT
 
 stage() { printf '\n=== %s  [%d s]\n' "$*" $((SECONDS - started)); }
 
