@@ -55,22 +55,16 @@ def with_hook(spec: Dict[str, Any], entry: Dict[str, Any]) -> Dict[str, Any]:
     """``spec`` with ``entry`` as its one kubecpu ``createRuntime`` hook (an older kubecpu entry replaced, every other
     hook kept in its place)."""
     hooks = dict(spec.get("hooks") or {})
-    kept = [item for item in hooks.get(HOOK_STAGE) or [] if not _is_ours(item)]
-    hooks[HOOK_STAGE] = kept + [entry]
+    hooks[HOOK_STAGE] = [item for item in hooks.get(HOOK_STAGE) or [] if not _is_ours(item)] + [entry]
     return dict(spec, hooks=hooks)
 
 
 def without_hook(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """``spec`` without kubecpu's hook; a stage, or the whole ``hooks``, left empty by it goes too."""
     hooks = dict(spec.get("hooks") or {})
-    kept = [item for item in hooks.get(HOOK_STAGE) or [] if not _is_ours(item)]
-    if kept:
-        hooks[HOOK_STAGE] = kept
-    else:
-        hooks.pop(HOOK_STAGE, None)
-    result = dict(spec, hooks=hooks)
-    if not hooks:
-        del result["hooks"]
-    return result
+    hooks[HOOK_STAGE] = [item for item in hooks.get(HOOK_STAGE) or [] if not _is_ours(item)]
+    hooks = {stage: items for stage, items in hooks.items() if stage != HOOK_STAGE or items}
+    return dict(spec, hooks=hooks) if hooks else {key: value for key, value in spec.items() if key != "hooks"}
 
 
 def crio_hook(entry: Dict[str, Any]) -> Dict[str, Any]:
@@ -224,8 +218,9 @@ def _write(path: str, text: str, mode: int = 0o644) -> None:
         raise ConfigError("cannot write %s: %s" % (path, exc.strerror or exc)) from None
 
 
-def _spec_text(spec: Dict[str, Any]) -> str:
-    return json.dumps(spec, indent=2, sort_keys=True) + "\n"
+def _json_text(doc: Dict[str, Any]) -> str:
+    """A spec or a hooks.d file as kubecpu writes it (stable: a second run compares equal)."""
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
 class Containerd:
@@ -263,10 +258,10 @@ class Containerd:
             base = _json_file(previous)  # the operator's own base spec: the hook is added to a copy of it
         else:
             base = json.loads(self.run([self.ctr, "oci", "spec"]))
-        spec_text = _spec_text(with_hook(base, entry))
-        writes = [(path, content) for path, content in (
-            (self.previous_path, json.dumps({"base_runtime_spec": previous}) + "\n"), (self.spec, spec_text),
-            (self.config, new_text)) if _read(path) != content]
+        writes = [(path, content) for path, content, now in (
+            (self.previous_path, json.dumps({"base_runtime_spec": previous}) + "\n", _read(self.previous_path)),
+            (self.spec, _json_text(with_hook(base, entry)), _read(self.spec)),
+            (self.config, new_text, text)) if now != content]
         if writes and not check:
             try:
                 os.makedirs(os.path.dirname(self.spec), mode=0o755, exist_ok=True)
@@ -319,7 +314,7 @@ class Containerd:
 def install_crio(hooks_dir: str, entry: Dict[str, Any], check: bool) -> Installed:
     """CRI-O: ``<hooks_dir>/kubecpu.json`` (CRI-O watches the directory: no restart)."""
     path = os.path.join(hooks_dir, "kubecpu.json")
-    text = json.dumps(crio_hook(entry), indent=2, sort_keys=True) + "\n"
+    text = _json_text(crio_hook(entry))
     changed = _read(path) != text
     if changed and not check:
         os.makedirs(hooks_dir, mode=0o755, exist_ok=True)
