@@ -16,8 +16,11 @@ description:
     whole-core request the node would admit and then its free whole cores, and makes them live on kubecpu's own
     state (an agent node), through the runtime, the state first, under the lock. A node already optimal gets no
     move.
-  - The search is greedy (each step the one move that helps most; a container moves at most once), so it does not
-    find an improvement that only two simultaneous moves reach.
+  - The search finds the best packing first (which containers stay, which move to which NUMA node), proven best
+    when it ends within O(time_budget); on a larger node it returns the best it found and says so
+    (RV(proven_best)). The moves are ordered so that no CPU is ever held by two containers; a swap passes through
+    free CPUs (that container appears twice in RV(moves)). Where no safe order exists, or the search found nothing
+    better, the greedy search plans (each step the one move that helps most).
   - On the kubelet's own checkpoint (read-only) it only plans and returns RV(rewritten_state), the checkpoint after
     the moves, to write with M(kubecpu.cpu_manager.cpu_manager_checkpoint) (action V(write) with push) while the
     kubelet is stopped.
@@ -36,8 +39,14 @@ attributes:
     description: A second run finds no move that helps and changes nothing.
 options:
   max_moves:
-    description: At most this many moves (omitted, as many as help).
+    description: At most this many moves (omitted, as many as help); the best packing those moves reach.
     type: int
+  time_budget:
+    description: Seconds of exact search, after which the best packing found so far is taken (more than 0, at
+      most 600). The node's state lock is held meanwhile.
+    type: float
+    default: 0.5
+    version_added: 0.5.0
 """
 
 EXAMPLES = r"""
@@ -70,6 +79,22 @@ after:
   description: What it can admit after them.
   returned: success
   type: dict
+proven_best:
+  description: Whether no set of moves (within O(max_moves)) reaches a better packing.
+  returned: success
+  type: bool
+  version_added: 0.5.0
+planner:
+  description: C(exact), or C(greedy) where the exact search's plan had no safe order or was no better.
+  returned: success
+  type: str
+  version_added: 0.5.0
+containers_moved:
+  description: How many containers (or groups of a pod's containers that share CPUs) move; RV(moves) can be
+    longer when one passes through free CPUs.
+  returned: success
+  type: int
+  version_added: 0.5.0
 actions:
   description: The runtime updates made (or, in check mode, planned), as M(kubecpu.cpu_manager.cpu_manager_reconcile)
     returns them.
@@ -94,11 +119,13 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.mod
 
 def defrag(module: AnsibleModule) -> dict:
     plan, rewritten = defrag_config(node_config(module.params), check=module.check_mode,
-                                    max_moves=module.params["max_moves"])
+                                    max_moves=module.params["max_moves"], budget=module.params["time_budget"])
     doc = plan.to_dict()
     moved = plan.result or {}
     result = {"changed": bool(moved.get("moves")) and rewritten is None, "moves": moved.get("moves", []),
               "before": moved.get("before", {}), "after": moved.get("after", {}),
+              "proven_best": moved.get("proven_best", False), "planner": moved.get("planner", "exact"),
+              "containers_moved": moved.get("containers_moved", 0),
               "actions": doc["actions"], "errors": doc["errors"], "rewritten_state": rewritten}
     if module._diff:
         result["diff"] = {"before": doc["state_before"], "after": doc["state_after"]}
@@ -106,7 +133,8 @@ def defrag(module: AnsibleModule) -> dict:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=dict(STATE_ARGS, max_moves={"type": "int"}), supports_check_mode=True)
+    options = dict(STATE_ARGS, max_moves={"type": "int"}, time_budget={"type": "float", "default": 0.5})
+    module = AnsibleModule(argument_spec=options, supports_check_mode=True)
     run_module(module, defrag)
 
 

@@ -124,7 +124,7 @@ MODULES = {
                                                                 "state_rewrite", "runtime_timeout"]),
     "cpu_manager_checkpoint": (cpu_manager_checkpoint, ["action", "content", "push", "kubelet_stopped",
                                                         "reserved_cpus", "policy", "policy_options"]),
-    "cpu_manager_defrag": (cpu_manager_defrag, ["max_moves", "reserved_cpus", "num_reserved", "policy_options"]),
+    "cpu_manager_defrag": (cpu_manager_defrag, ["max_moves", "time_budget", "reserved_cpus", "num_reserved", "policy_options"]),
     "cpu_topology_facts": (cpu_topology_facts, ["topology_path", "sysfs_root"]),
 }
 

@@ -168,6 +168,8 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     _runtime_args(p)
     p.add_argument("--check", action="store_true", help="only print the moves: change nothing")
     p.add_argument("--max-moves", type=_count_arg, metavar="N", help="at most N moves (default: as many as help)")
+    p.add_argument("--time-budget", type=_duration_arg, default=0.5, metavar="DURATION",
+                   help="time for the exact search, after which the best packing found is taken (default 500ms)")
 
     from ..runtime.nri_api import DEFAULT_INDEX, DEFAULT_NAME, DEFAULT_SOCKET  # noqa: PLC0415  # not the hook's
 

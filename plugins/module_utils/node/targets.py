@@ -118,8 +118,8 @@ class CgroupTargets:
     def apply(self, plan: Plan, runtime: Runtime) -> None:
         """Shrink first (shared containers leaving CPUs that became exclusive), pin last; pod quotas first."""
         order = {"quota": 0, "update": 1}
-        updates = sorted((a for a in plan.actions if a.action in order), key=lambda a: (
-            order[a.action], a.quota is None or a.quota >= 0, a.reason.startswith("exclusive")))
+        updates = _in_move_order(plan, sorted((a for a in plan.actions if a.action in order), key=lambda a: (
+            order[a.action], a.quota is None or a.quota >= 0, a.reason.startswith("exclusive"))))
         failed: List[Action] = []
         for action in updates:
             try:
@@ -191,3 +191,22 @@ def _pod_quotas(plan: Plan, pairs: Sequence[Pair], pods_exclusive: Dict[str, boo
         if have[0] != want:
             plan.actions.append(Action("quota", "", listed.pod_ref, listed.pod_uid, "", "",
                                        "pod-level CFS quota", quota=want, period=have[1], cgroup=path))
+
+
+def _in_move_order(plan: Plan, updates: List[Action]) -> List[Action]:
+    """A defragmentation's moved containers pushed in the order of its ``move`` actions (each move's CPUs free by
+    then; a container passing through free CPUs is pushed there first), where the first exclusive update was."""
+    moves = [a for a in plan.actions if a.action == "move"]
+    last = {(m.pod_uid, m.container): index for index, m in enumerate(moves)}
+    pushes = {(a.pod_uid, a.container): a for a in updates if a.action == "update" and (a.pod_uid, a.container) in last}
+    if not pushes:
+        return updates
+    ordered = []
+    for index, move in enumerate(moves):
+        push = pushes.get((move.pod_uid, move.container))
+        if push is not None:
+            last_move = last[(move.pod_uid, move.container)] == index
+            ordered.append(push if last_move else push._replace(cpus=move.cpus, reason="passing through"))
+    rest = [a for a in updates if a not in pushes.values()]
+    at = next((i for i, a in enumerate(rest) if a.action == "update" and a.reason.startswith("exclusive")), len(rest))
+    return rest[:at] + ordered + rest[at:]

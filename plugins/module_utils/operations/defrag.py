@@ -4,24 +4,24 @@
 
 Exclusive allocations fragment a node: the free CPUs end up scattered over half-used cores and NUMA nodes, so a
 pod asking for a whole NUMA node or whole cores is refused although enough CPUs are free. ``headroom`` says what a
-node can still admit; ``plan_defrag`` finds container moves that raise, in this order, the largest single-NUMA
-whole-core request the node would admit and then its free whole cores.
+node can still admit; ``plan_defrag`` finds the container moves that raise, in this order, the largest single-NUMA
+whole-core request the node would admit and its free whole cores, with the fewest containers moved and then the
+fewest CPUs changed.
 
-The search is greedy: each step takes the one move (a container, or the containers of a pod that share CPUs,
-given the same number of CPUs elsewhere) that raises that pair the most, fewest CPUs changed first on a tie; a
-container moves at most once; it stops when no move raises it. Every move it makes is needed for the result it
-reaches (each one strictly improves it), and a node already optimal for it gets no move; it does not try every
-combination of moves (fewest moves is a packing problem), so a result two simultaneous moves would reach and no
-single one improves towards is not found. Candidate places for a container, per NUMA node: the CPUs of the cores
-with the fewest free CPUs first (filling half-used cores), and, for a container of whole cores, whole cores
-(``full-pcpus-only`` allows only those). Scoring is incremental (only the cores a move touches are counted again).
+It plans in three parts: ``defrag_search`` finds the best packing (which units stay, which move to which NUMA
+node; proven best when its search ends within the time budget), ``defrag_moves`` gives the moved units their CPUs
+and orders the moves so that no CPU is ever held by two containers (a swap passes through free CPUs), and where no
+such order exists, or the packing found is no better than it, the greedy search (``defrag_greedy``) plans instead.
+A movable unit is a container, or the containers of a pod that hold the same CPUs; a pod whose containers hold
+partly overlapping CPUs, pod-level exclusive CPUs (kubelet 1.36+), a unit too large for one NUMA node and, under
+``full-pcpus-only``, a unit that is not whole cores stay where they are.
 """
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, List, NamedTuple, Optional, Set, Tuple, cast
+from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple, cast
 
-from ..errors import PolicyError
+from ..errors import ConfigError, PolicyError
 from ..kubelet.checkpoint_formats import write
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.options import PolicyOptions
@@ -33,8 +33,12 @@ from ..node.factory import build_manager
 from ..node.manager import NodeManager
 from ..node.plan import Action, Plan
 from ..node.state_store import opened_read_only
+from .defrag_greedy import greedy_moves, whole_per_numa
+from .defrag_moves import Step, sequence, targets
+from .defrag_search import rooms_and_units, search
 
-Score = Tuple[int, int]  # (most free whole cores on one NUMA node, free whole cores)
+SEARCH_BUDGET = 0.5  # seconds of exact search per node before the best packing found so far is taken
+MAX_BUDGET = 600.0  # an operator's longest search: beyond it a defragmentation holds the node's lock too long
 
 
 def headroom(topo: Topology, free: CPUSet) -> Dict[str, int]:
@@ -42,21 +46,13 @@ def headroom(topo: Topology, free: CPUSet) -> Dict[str, int]:
     alignment: whole cores anywhere (``full-pcpus-only``), one NUMA node, one socket, and whole cores on one NUMA
     node (what a ``full-pcpus-only`` pod under ``single-numa-node`` can get)."""
     pool = free.as_frozenset()
-    per_numa = _whole_per_numa(topo, pool)
+    per_numa = whole_per_numa(topo, pool)
     threads = topo.cpus_per_core
     return {"free_cpus": len(pool), "free_whole_cores": sum(per_numa.values()),
             "largest_full_pcpus_only": sum(per_numa.values()) * threads,
             "largest_single_numa": max((len(pool & cpus) for cpus in topo.numa_cpus.values()), default=0),
             "largest_single_socket": max((len(pool & cpus) for cpus in topo.socket_cpus.values()), default=0),
             "largest_single_numa_whole_cores": max(per_numa.values(), default=0) * threads}
-
-
-def _whole_per_numa(topo: Topology, pool: FrozenSet[int]) -> Dict[int, int]:
-    counts = {node: 0 for node in topo.numa_cpus}
-    for cpus in topo.core_cpus.values():
-        if cpus and cpus <= pool:
-            counts[topo.loc[min(cpus)][2]] += 1
-    return counts
 
 
 class Move(NamedTuple):
@@ -71,51 +67,26 @@ class Move(NamedTuple):
 
 
 class Defrag(NamedTuple):
-    moves: List[Move]
+    moves: List[Move]  # in the order they are made; a container passing through free CPUs appears twice
     before: Dict[str, int]
     after: Dict[str, int]
     state: CPUState  # the state after the moves
+    proven_best: bool = False  # no set of moves reaches a better packing (within max_moves)
+    planner: str = "exact"  # or "greedy", the fallback
 
     def to_dict(self) -> Dict[str, object]:
-        return {"moves": [m.to_dict() for m in self.moves], "before": self.before, "after": self.after}
+        return {"moves": [m.to_dict() for m in self.moves], "before": self.before, "after": self.after,
+                "proven_best": self.proven_best, "planner": self.planner,
+                "containers_moved": len({(m.pod_uid, m.containers) for m in self.moves})}
 
 
-class _Pool:
-    """The free CPUs with the counts the score needs, updated per CPU."""
-
-    def __init__(self, topo: Topology, free: FrozenSet[int]) -> None:
-        self.topo = topo
-        self.free: Set[int] = set(free)
-        self.core_of = {cpu: loc[0] for cpu, loc in topo.loc.items()}
-        self.core_numa = {core: topo.loc[min(cpus)][2] for core, cpus in topo.core_cpus.items() if cpus}
-        self.core_free = {core: len(cpus & free) for core, cpus in topo.core_cpus.items()}
-        self.whole = _whole_per_numa(topo, free)
-
-    def score(self) -> Score:
-        return max(self.whole.values(), default=0), sum(self.whole.values())
-
-    def _count(self, cpus: FrozenSet[int], delta: int) -> None:
-        for cpu in cpus:
-            core = self.core_of[cpu]
-            size = len(self.topo.core_cpus[core])
-            was_whole = self.core_free[core] == size
-            self.core_free[core] += delta
-            if was_whole != (self.core_free[core] == size):
-                self.whole[self.core_numa[core]] += 1 if not was_whole else -1
-
-    def release(self, cpus: FrozenSet[int]) -> None:
-        self.free |= cpus
-        self._count(cpus, 1)
-
-    def take(self, cpus: FrozenSet[int]) -> None:
-        self.free -= cpus
-        self._count(cpus, -1)
+Unit = Tuple[str, Tuple[str, ...], FrozenSet[int]]
 
 
-def _units(state: CPUState) -> List[Tuple[str, Tuple[str, ...], FrozenSet[int]]]:
+def _units(state: CPUState) -> List[Unit]:
     """The movable units: containers of one pod holding the same CPUs move together; a pod whose containers hold
     partly overlapping CPUs stays as it is, and so does a pod with pod-level exclusive CPUs (kubelet 1.36+)."""
-    units: List[Tuple[str, Tuple[str, ...], FrozenSet[int]]] = []
+    units: List[Unit] = []
     for pod in sorted(set(state.entries) - set(state.pod_entries)):
         groups: Dict[FrozenSet[int], List[str]] = {}
         for name, cpus in sorted(state.entries[pod].items()):
@@ -127,92 +98,122 @@ def _units(state: CPUState) -> List[Tuple[str, Tuple[str, ...], FrozenSet[int]]]
     return units
 
 
-def _candidates(pool: _Pool, own: FrozenSet[int], whole_only: bool) -> List[FrozenSet[int]]:
-    """Places for a unit of ``len(own)`` CPUs once its own are free: per NUMA node, half-used cores first, and whole
-    cores first (only those when ``whole_only``)."""
-    topo, size = pool.topo, len(own)
-    threads = topo.cpus_per_core
-    found: List[FrozenSet[int]] = []
-    for node in sorted(topo.numa_cpus):
-        cores = sorted((core for core, numa in pool.core_numa.items() if numa == node),
-                       key=lambda core: (pool.core_free[core], core))
-        orders = [] if whole_only else [cores]
-        if size % threads == 0:
-            orders.append([c for c in cores if pool.core_free[c] == len(topo.core_cpus[c])])
-        for order in orders:
-            picked: List[int] = []
-            for core in order:
-                picked.extend(sorted(cpu for cpu in topo.core_cpus[core] if cpu in pool.free))
-                if len(picked) >= size:
-                    break
-            if len(picked) >= size:
-                place = frozenset(picked[:size])
-                if place != own and place not in found:
-                    found.append(place)
-    return found
+
+def _score(found: Dict[str, int]) -> Tuple[int, int]:
+    return found["largest_single_numa_whole_cores"], found["free_whole_cores"]
+
+
+def _exact(topo: Topology, node: _Node, reserved: FrozenSet[int], *, whole_only: bool, max_moves: Optional[int],
+           budget: float) -> Tuple[Optional[List[Step]], bool]:
+    """The exact search's moves in a safe order (None: no safe order) and whether its packing is proven best."""
+    numa_of_core = {core: topo.loc[min(cpus)][2] for core, cpus in topo.core_cpus.items() if cpus}
+    rooms, units, nodes = rooms_and_units(numa_of_core, topo.core_cpus, set(reserved),
+                                          list(zip(node.holdings, node.movable)))
+    numa_of = {cpu: loc[2] for cpu, loc in topo.loc.items() if cpu not in reserved}
+    cap = max_moves
+    while True:
+        found = search(rooms, units, topo.cpus_per_core, whole_only, max_moves=cap, budget=budget)
+        orders = []
+        for where in found.ties:  # the fewest moves (a detour is one more), then the fewest CPUs changed
+            for own_first in (True, False):
+                goals = targets(topo, nodes, set(reserved), node.holdings, where, whole_only=whole_only,
+                                own_first=own_first)
+                order = sequence(node.holdings, goals, set(node.free), numa_of)
+                if order is not None:
+                    changed = sum(len(goal - held) for goal, held in zip(goals, node.holdings))
+                    orders.append((len(order), changed, len(orders), order))
+        steps = min(orders)[-1] if orders else None
+        if steps is None or max_moves is None or len(steps) <= max_moves:
+            return steps, found.proven
+        cap = max(0, len({step.unit for step in steps}) - (len(steps) - max_moves))  # a detour is a move too
+
+
+class _Node(NamedTuple):
+    units: List[Unit]
+    holdings: List[FrozenSet[int]]  # the units' CPUs, then (unmovable) every other CPU held
+    movable: List[bool]
+    free: FrozenSet[int]
+    before: Dict[str, int]
+
+
+def _node(topo: Topology, options: PolicyOptions, state: CPUState, reserved: CPUSet) -> _Node:
+    free = state.default.difference(reserved).as_frozenset()
+    units = _units(state)
+    held = frozenset(cpu for _pod, _names, cpus in units for cpu in cpus)
+    fixed = frozenset(topo.all_cpus.as_frozenset() - free - reserved.as_frozenset() - held)
+    holdings = [cpus for _pod, _names, cpus in units] + ([fixed] if fixed else [])
+    whole_only, threads = options.full_pcpus_only, topo.cpus_per_core
+    movable = [not whole_only or len(cpus) % threads == 0 for cpus in holdings[:len(units)]] + [False] * bool(fixed)
+    return _Node(units, holdings, movable, free, headroom(topo, CPUSet(free)))
 
 
 def plan_defrag(topo: Topology, options: PolicyOptions, state: CPUState, reserved: CPUSet,
+                max_moves: Optional[int] = None, *, budget: float = SEARCH_BUDGET) -> Defrag:
+    """The moves (and the state after them) for the static policy's ``state``; ``state`` is not changed.
+    ``max_moves``: at most that many moves; ``budget``: seconds of exact search."""
+    node = _node(topo, options, state, reserved)
+    steps, proven = _exact(topo, node, reserved.as_frozenset(), whole_only=options.full_pcpus_only,
+                           max_moves=max_moves, budget=budget)
+    exact = None if steps is None else _applied(topo, state, reserved, node, steps, proven=proven, planner="exact")
+    if exact is not None and (proven or _score(exact.after) > _score(node.before)):
+        return exact
+    fallback = _greedy(topo, options, state, reserved, node=node, max_moves=max_moves)
+    return exact if exact is not None and _score(exact.after) >= _score(fallback.after) else fallback
+
+
+def plan_greedy(topo: Topology, options: PolicyOptions, state: CPUState, reserved: CPUSet,
                 max_moves: Optional[int] = None) -> Defrag:
-    """The moves (and the state after them) for the static policy's ``state``; ``state`` is not changed."""
-    pool = _Pool(topo, state.default.difference(reserved).as_frozenset())
-    before = headroom(topo, CPUSet(pool.free))
-    units = _units(state)
-    moved: Set[int] = set()
-    moves: List[Move] = []
-    current = pool.score()
-    while max_moves is None or len(moves) < max_moves:
-        best: Optional[Tuple[Score, int, int, FrozenSet[int]]] = None
-        for index, (_pod, _names, own) in enumerate(units):
-            if index in moved:
-                continue
-            whole_only = options.full_pcpus_only and len(own) % topo.cpus_per_core == 0
-            pool.release(own)
-            for place in _candidates(pool, own, whole_only):
-                pool.take(place)
-                score = pool.score()
-                pool.release(place)
-                changed = len(place - own)
-                if score > current and (best is None or (score, -changed) > (best[0], -best[1])):
-                    best = (score, changed, index, place)
-            pool.take(own)
-        if best is None:
-            break
-        current, _changed, index, place = best
-        pod, names, own = units[index]
-        pool.release(own)
-        pool.take(place)
-        moved.add(index)
-        units[index] = (pod, names, place)
-        moves.append(Move(pod, names, CPUSet(own), CPUSet(place)))
+    """``plan_defrag`` with the greedy search alone (``defrag_greedy``), the exact search's fallback."""
+    return _greedy(topo, options, state, reserved, node=_node(topo, options, state, reserved), max_moves=max_moves)
+
+
+def _greedy(topo: Topology, options: PolicyOptions, state: CPUState, reserved: CPUSet, *, node: _Node,
+            max_moves: Optional[int]) -> Defrag:
+    moves = greedy_moves(topo, node.free, node.holdings[:len(node.units)], options.full_pcpus_only, max_moves)
+    steps = [Step(index, node.holdings[index], place) for index, place in moves]
+    return _applied(topo, state, reserved, node, steps, proven=False, planner="greedy")
+
+
+def _applied(topo: Topology, state: CPUState, reserved: CPUSet, node: _Node, steps: Sequence[Step], *,
+             proven: bool, planner: str) -> Defrag:
+    """The plan of ``steps`` (unit index, CPUs before, after) on ``state``."""
     after_state = state.copy()
+    units = node.units
+    moves = [Move(units[s.unit][0], units[s.unit][1], CPUSet(s.cpus_before), CPUSet(s.cpus_after)) for s in steps]
     for move in moves:
         for name in move.containers:
             after_state.set(move.pod_uid, name, move.cpus_after)
-    after_state.default = after_state.default.union(*(m.cpus_before for m in moves)).difference(
-        CPUSet().union(*(m.cpus_after for m in moves)))
-    return Defrag(moves, before, headroom(topo, CPUSet(pool.free)), after_state)
+    vacated = CPUSet().union(*(m.cpus_before for m in moves))
+    final = [m.cpus_after for m in moves if after_state.get(m.pod_uid, m.containers[0]) == m.cpus_after]
+    taken = CPUSet().union(*final)
+    after_state.default = after_state.default.union(vacated).difference(taken)
+    return Defrag(moves, node.before, headroom(topo, after_state.default.difference(reserved)), after_state, proven,
+                  planner)
 
 
 def defrag_config(config: NodeConfig, *, check: bool, max_moves: Optional[int] = None,
-                  topology: Optional[Topology] = None) -> Tuple[Plan, Optional[str]]:
+                  topology: Optional[Topology] = None, budget: float = SEARCH_BUDGET) -> Tuple[Plan, Optional[str]]:
     """``defrag_node`` for a node's settings: live on kubecpu's own state; on a read-only one (the kubelet's) only
     planned, with the checkpoint after the moves, in that kubelet's format, to write with the kubelet stopped."""
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= MAX_BUDGET:
+        raise ConfigError("time_budget must be more than 0 and at most %d seconds, got %r" % (MAX_BUDGET, budget))
     read_only = opened_read_only(config.state_path, config.read_only)
     with build_manager(config, with_runtime=True, topology=topology, checks=not read_only) as manager:
-        plan = defrag_node(manager, apply=not (check or read_only), max_moves=max_moves)
+        plan = defrag_node(manager, apply=not (check or read_only), max_moves=max_moves, budget=budget)
     rewritten = write(plan.after, config.kubelet).decode("utf-8") if read_only and plan.actions else None
     return plan, rewritten
 
 
-def defrag_node(manager: NodeManager, apply: bool = True, max_moves: Optional[int] = None) -> Plan:
-    """The moves made live under the manager's lock: the state first, then the cpusets through the runtime
-    (``plan.result``: the moves and the headroom before and after)."""
+def defrag_node(manager: NodeManager, apply: bool = True, max_moves: Optional[int] = None, *,
+                budget: float = SEARCH_BUDGET) -> Plan:
+    """The moves made live under the manager's lock: the state first, then the cpusets through the runtime in the
+    moves' order (``plan.result``: the moves, the headroom before and after, whether proven best)."""
     policy = manager.policy
     if policy.name != STATIC:
         raise PolicyError("defragmentation moves exclusive CPUs, and the %s policy has none" % policy.name)
     with manager.session(apply) as (state, plan, _pairs):
-        found = plan_defrag(manager.topology, cast(StaticPolicy, policy).options, state, policy.reserved, max_moves)
+        found = plan_defrag(manager.topology, cast(StaticPolicy, policy).options, state, policy.reserved, max_moves,
+                            budget=budget)
         state.entries, state.default = found.state.entries, found.state.default
         for move in found.moves:
             for name in move.containers:
