@@ -187,11 +187,10 @@ def big_nodes(samples):
     exact, greedy = (found[name] for name, _planner in PLANNERS)
     pairs = [(e.after["largest_single_numa_whole_cores"], g.after["largest_single_numa_whole_cores"])
              for e, g in zip(exact, greedy)]
+    figures = (sum(1 for e, g in pairs if e >= g), len(pairs), sum(1 for e, g in pairs if e > g),
+               sum(e for e, _g in pairs) / len(pairs), sum(g for _e, g in pairs) / len(pairs))
     print("   exact's largest single-NUMA whole-core request >= greedy's on %d of %d nodes (target: all), higher on %d "
-          "(target: most); mean %.1f against %.1f CPUs" % (sum(1 for e, g in pairs if e >= g), len(pairs),
-                                                            sum(1 for e, g in pairs if e > g),
-                                                            sum(e for e, _g in pairs) / len(pairs),
-                                                            sum(g for _e, g in pairs) / len(pairs)))
+          "(target: most); mean %.1f against %.1f CPUs" % figures)
 
 
 def main():

@@ -54,6 +54,7 @@ def test_cpu_manager_defrag_moves_pinned_containers_live(guest, lab16, tmp_path)
               "      kubecpu.cpu_manager.cpu_manager_defrag:\n"
               "        state_path: %s\n        reserved_cpus: 0-1\n        runtime: cri\n"
               "        runtime_endpoint: unix://%s/containerd.sock\n        runtime_timeout: 30\n"
+              "        time_budget: 60\n"  # proven best on the slow guest too: check mode plans what then happens
               "      register: moved\n    - name: Keep the result on the controller\n"
               "      ansible.builtin.copy:\n        content: \"{{ moved | to_json }}\"\n        dest: \"%s\"\n        mode: \"0644\"\n"
               "      delegate_to: localhost\n" % (state, lab16, "{{ result_file }}"))

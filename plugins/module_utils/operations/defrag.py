@@ -98,7 +98,6 @@ def _units(state: CPUState) -> List[Unit]:
     return units
 
 
-
 def _score(found: Dict[str, int]) -> Tuple[int, int]:
     return found["largest_single_numa_whole_cores"], found["free_whole_cores"]
 
@@ -113,7 +112,7 @@ def _exact(topo: Topology, node: _Node, reserved: FrozenSet[int], *, whole_only:
     cap = max_moves
     while True:
         found = search(rooms, units, topo.cpus_per_core, whole_only, max_moves=cap, budget=budget)
-        orders = []
+        orders: List[Tuple[int, int, int, List[Step]]] = []
         for where in found.ties:  # the fewest moves (a detour is one more), then the fewest CPUs changed
             for own_first in (True, False):
                 goals = targets(topo, nodes, set(reserved), node.holdings, where, whole_only=whole_only,

@@ -34,6 +34,7 @@ def _slots(topo: Topology, avail: Set[int], needed: int, whole_only: bool, prefe
         cores.setdefault(topo.loc[cpu][0], []).append(cpu)
     whole = [core for core, cpus in cores.items() if len(cpus) == len(topo.core_cpus[core])]
     partial = [] if whole_only else sorted(cpu for core, cpus in cores.items() if core not in whole for cpu in cpus)
+
     def rank(cpu: int) -> Tuple[int, int]:
         return prefer.get(cpu, 2), cpu
 
@@ -102,7 +103,7 @@ def sequence(holdings: Sequence[FrozenSet[int]], goals: Sequence[FrozenSet[int]]
         steps.append(Step(unit, current[unit], cpus))
         current[unit] = cpus
 
-    for _ in range(2 * len(pending) + 1):
+    for _round in range(2 * len(pending) + 1):
         ready = [unit for unit in pending if all(owner.get(cpu, unit) == unit for cpu in goals[unit])]
         for unit in ready:
             move(unit, goals[unit])

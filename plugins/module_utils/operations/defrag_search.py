@@ -294,7 +294,7 @@ def rooms_and_units(numa_of_core: Dict[int, int], core_cpus: Dict[int, FrozenSet
     index = {numa: i for i, numa in enumerate(nodes)}
     core_of = {cpu: core for core, cpus in core_cpus.items() for cpu in cpus}
     capacity = [0] * len(nodes)
-    clear: List[Set[int]] = [set() for _ in nodes]
+    clear: List[Set[int]] = [set() for _node in nodes]
     for core, cpus in core_cpus.items():
         node = index[numa_of_core[core]]
         capacity[node] += len(cpus - reserved)

@@ -260,11 +260,12 @@ def test_defrag_check_mode_then_live_then_nothing_left(tmp_path, capsys):
     args = dict(common(node, tmp_path), topology_path=str(topology))
     planned = run(cpu_manager_defrag, args, capsys, check_mode=True, diff=True)
     assert planned["rc"] == 0 and planned["changed"] and planned["rewritten_state"] is None  # would change
-    assert [(m["containers"], m["cpus_after"]) for m in planned["moves"]] == [(["main"], "1-2")]
-    assert planned["diff"]["after"]["entries"] == {WEB_UID: {"main": "1-2"}}
-    assert cgroup_cpus(node, node["prod/web/main"]) != "1-2"
+    assert [(m["containers"], m["cpus_after"]) for m in planned["moves"]] == [(["main"], "1,3")]  # keeps 3
+    assert (planned["proven_best"], planned["planner"], planned["containers_moved"]) == (True, "exact", 1)
+    assert planned["diff"]["after"]["entries"] == {WEB_UID: {"main": "1,3"}}
+    assert cgroup_cpus(node, node["prod/web/main"]) != "1,3"
     done = run(cpu_manager_defrag, args, capsys)
-    assert done["changed"] and cgroup_cpus(node, node["prod/web/main"]) == "1-2"
+    assert done["changed"] and cgroup_cpus(node, node["prod/web/main"]) == "1,3"
     assert done["after"]["largest_single_numa_whole_cores"] == 4
     again = run(cpu_manager_defrag, args, capsys)
     assert not again["changed"] and again["moves"] == []

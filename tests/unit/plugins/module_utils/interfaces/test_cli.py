@@ -361,18 +361,28 @@ def test_defrag_moves_the_container_that_splits_two_numa_nodes(tmp_path):
     code, out, _err = run(["defrag", "--check"] + common)
     plan = json.loads(out)
     want = {"pod_uid": "a06b0ffe-e387-47dc-90e2-339fa3fc242a", "containers": ["main"], "cpus_before": "3-4",
-            "cpus_after": "1-2"}
+            "cpus_after": "1,3"}  # it keeps CPU 3 (the fewest CPUs changed)
     assert code == 0 and plan["moves"] == [want]
     assert (plan["before"]["largest_single_numa_whole_cores"], plan["after"]["largest_single_numa_whole_cores"]) == (
         3, 4)
     assert state.read_bytes() == before
     code, out, _err = run(["defrag"] + common)
     assert code == 0 and decode(state.read_bytes(), "static").state.to_dict()["entries"] == {
-        "a06b0ffe-e387-47dc-90e2-339fa3fc242a": {"main": "1-2"}}
-    assert cgroup_cpus(crictl, crictl["prod/web/main"]) == "1-2"
-    assert cgroup_cpus(crictl, crictl["prod/api/app"]) == "0,3-7"
+        "a06b0ffe-e387-47dc-90e2-339fa3fc242a": {"main": "1,3"}}
+    assert cgroup_cpus(crictl, crictl["prod/web/main"]) == "1,3"
+    assert cgroup_cpus(crictl, crictl["prod/api/app"]) == "0,2,4-7"
     code, out, _err = run(["defrag"] + common)
     assert code == 0 and json.loads(out)["moves"] == []  # optimal now
+
+
+def test_defrag_says_whether_its_packing_is_proven_best_within_its_time_budget(tmp_path):
+    _crictl, _state, common = _split_node(tmp_path)
+    code, out, _err = run(["defrag", "--check", "--time-budget", "5s"] + common)
+    assert code == 0 and (json.loads(out)["proven_best"], json.loads(out)["planner"]) == (True, "exact")
+    for budget, says in (("0s", 'argument --time-budget: invalid duration "0s"'),
+                         ("11m", "time_budget must be more than 0 and at most 600 seconds, got 660.0")):
+        code, _out, err = run(["defrag", "--check", "--time-budget", budget] + common)
+        assert code == 2 and says in err
 
 
 def test_kubelet_version_selects_the_checkpoint_format(tmp_path, topo_files):

@@ -9,7 +9,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import ManagerOptions
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.hook_marks import HookMarks
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.plan import Plan
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.plan import Action, Plan
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.targets import CgroupTargets
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroups import CgroupFS
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_runtime import FakeRuntime
@@ -108,3 +108,27 @@ def test_a_container_the_hook_wrote_is_updated_through_the_runtime_once(tmp_path
     again = Plan(state)
     targets.plan(again, state, pairs)
     assert again.actions == []
+
+
+def test_a_defragmentation_pushes_its_moves_in_their_order_through_free_cpus_first(tmp_path):
+    runtime = FakeRuntime(str(tmp_path), "0-7", "0-1")
+    first = runtime.add("uid-a", "app", "Guaranteed", 1000)
+    second = runtime.add("uid-b", "app", "Guaranteed", 1000)
+    shared = runtime.add("uid-s", "app", "Burstable", 250)
+    runtime.write("cpuset", runtime.infos[first].cgroup_path, "cpuset.cpus", "1")
+    runtime.write("cpuset", runtime.infos[second].cgroup_path, "cpuset.cpus", "2")
+    state = CPUState("static", CPUSet.parse("0,3-7"))  # a and b swap 1 and 2; a passes through 5 first
+    state.set("uid-a", "app", CPUSet.parse("2"))
+    state.set("uid-b", "app", CPUSet.parse("1"))
+    targets = CgroupTargets(TOPO, CgroupFS(str(tmp_path)), ManagerOptions())
+    plan = Plan(state)
+    plan.actions += [Action("move", "", "", "uid-a", "app", "5", "defragmentation (was 1)"),
+                     Action("move", "", "", "uid-b", "app", "1", "defragmentation (was 2)"),
+                     Action("move", "", "", "uid-a", "app", "2", "defragmentation (was 5)")]
+    targets.plan(plan, state, [(runtime.listed[c], runtime.infos[c]) for c in (first, second, shared)])
+    pushed = []
+    update = runtime.update
+    runtime.update = lambda cid, **kw: pushed.append((cid, str(kw["cpuset_cpus"]))) or update(cid, **kw)
+    targets.apply(plan, runtime)
+    assert pushed == [(shared, "0,3-7"), (first, "5"), (second, "1"), (first, "2")]
+    assert (runtime.read(first), runtime.read(second)) == ("2", "1")

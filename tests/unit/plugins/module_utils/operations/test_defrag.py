@@ -1,19 +1,25 @@
-"""Defragmentation: what a node can still admit (per alignment), the moves that raise the largest single-NUMA
-whole-core request and then the free whole cores, none on a node already optimal, whole cores kept whole under
-full-pcpus-only; made live through the runtime, state first; and over generated states, every plan valid."""
+"""Defragmentation: what a node can still admit (per alignment); the moves that reach the best packing (the largest
+single-NUMA whole-core request, then the free whole cores) with the fewest containers moved, equal to an exhaustive
+search on real CPU sets and proven; none on a node already optimal; whole cores kept whole under full-pcpus-only;
+at most max_moves; made live through the runtime, state first; and over generated states, every plan valid: the
+kubelet's start accepts it, every container keeps its CPU count, no CPU is held by two at any step."""
 
 from __future__ import annotations
 
+import itertools
+import random
+
 import pytest
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import PolicyError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError, PolicyError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.options import parse_options
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.manager import NodeManager
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.defrag import (defrag_node, headroom,
-                                                                                            plan_defrag)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.defrag import (defrag_config,
+                                                                                            defrag_node, headroom,
+                                                                                            plan_defrag, plan_greedy)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroups import CgroupFS
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.container_cache import ContainerCache
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_runtime import FakeRuntime
@@ -123,22 +129,115 @@ def fragmented(draw):
     return built, reserved
 
 
-@settings(max_examples=300, deadline=None)
+def replay(before, found):
+    """The state after each move in turn: each starts from the container's CPUs and no CPU is held by two."""
+    current = {(pod, name): cpus for pod, name, cpus in before.assignments()}
+    for move in found.moves:
+        for name in move.containers:
+            assert current[(move.pod_uid, name)] == move.cpus_before
+            current[(move.pod_uid, name)] = move.cpus_after
+        owners = {}
+        for (pod, _name), cpus in current.items():
+            for cpu in cpus:
+                assert owners.setdefault(cpu, pod) == pod, "CPU %d held by %s and %s" % (cpu, owners[cpu], pod)
+    return current
+
+
+@settings(max_examples=200, deadline=None)
 @given(fragmented())
 def test_every_plan_is_valid_keeps_sizes_and_only_improves(case):
     before, reserved = case
-    found = plan_defrag(BIG, NO_OPTIONS, before, reserved)
+    found = plan_defrag(BIG, NO_OPTIONS, before, reserved, budget=0.05)
     new_policy("static", BIG, 2, reserved).start(found.state.copy())
     score = (found.before["largest_single_numa_whole_cores"], found.before["free_whole_cores"])
     after = (found.after["largest_single_numa_whole_cores"], found.after["free_whole_cores"])
     assert after > score if found.moves else after == score
-    assert len({m.pod_uid for m in found.moves}) == len(found.moves)  # each container moves at most once
+    final = replay(before, found)
+    assert final == {(pod, name): cpus for pod, name, cpus in found.state.assignments()}
     for pod, name, cpus in before.assignments():
         assert len(found.state.get(pod, name)) == len(cpus)
-    owners = {}
-    for pod, _name, cpus in found.state.assignments():
-        for cpu in cpus:
-            assert owners.setdefault(cpu, pod) == pod
+    assert not found.state.default & CPUSet().union(*final.values())
+
+
+# The issue's node: 16 CPUs, CPU c and c + 8 siblings, NUMA 0 = cores 0-3, NUMA 1 = cores 4-7, reserved 0,8.
+ISSUE_TOPO = generated(2, 4, 2)
+
+
+def test_the_issue_node_reaches_four_whole_cores_on_one_numa_node_where_the_greedy_search_stops_at_three():
+    before = state("0-2,4-6,8-11,14", a_app="3,13", b_app="12,15", c_app="7")
+    found = plan_defrag(ISSUE_TOPO, NO_OPTIONS, before, CPUSet.parse("0,8"))
+    assert sorted(m.pod_uid for m in found.moves) == ["a", "b", "c"] and found.proven_best
+    assert found.after["largest_single_numa_whole_cores"] == 8 and found.after["free_whole_cores"] == 4
+    assert set().union(*(m.cpus_after for m in found.moves)) <= set(CPUSet.parse("1-3,9-11"))
+    assert found.to_dict()["proven_best"] and found.to_dict()["planner"] == "exact"
+    assert found.to_dict()["containers_moved"] == 3
+    greedy = plan_greedy(ISSUE_TOPO, NO_OPTIONS, before, CPUSet.parse("0,8"))
+    assert greedy.after["largest_single_numa_whole_cores"] == 6 and greedy.planner == "greedy"
+    replay(before, found)
+
+
+def test_max_moves_gives_the_best_packing_those_moves_reach():
+    before = state("0-2,4-6,8-11,14", a_app="3,13", b_app="12,15", c_app="7")
+    found = plan_defrag(ISSUE_TOPO, NO_OPTIONS, before, CPUSet.parse("0,8"), max_moves=1)
+    assert len(found.moves) == 1 and found.proven_best
+    assert found.after["largest_single_numa_whole_cores"] == 6  # one move reaches 3 whole cores on NUMA 0
+
+
+def _whole_after(topo, node_cpus, avail, incoming):
+    """The free whole cores of a NUMA node with free CPUs ``avail`` once ``incoming`` CPUs are placed on it, tried
+    on every choice of CPUs (None: they do not fit)."""
+    if incoming > len(avail):
+        return None
+    cores = {}
+    for cpu in node_cpus:
+        cores.setdefault(topo.loc[cpu][0], set()).add(cpu)
+    return max(sum(1 for members in cores.values() if members <= avail - set(taken))
+               for taken in itertools.combinations(sorted(avail), incoming))
+
+
+def best_packing(topo, reserved, units):
+    """The best (most whole cores on one NUMA node, whole cores) of every set of units that stay and every split
+    of the others between the two NUMA nodes (each moved unit on one node), by trying them all."""
+    nodes = [set(topo.numa_cpus[n]) - set(reserved) for n in sorted(topo.numa_cpus)]
+    best = None
+    for stays in itertools.product((True, False), repeat=len(units)):
+        held = set().union(*(u for u, stay in zip(units, stays) if stay))
+        lifted = [len(u) for u, stay in zip(units, stays) if not stay]
+        for sides in itertools.product((0, 1), repeat=len(lifted)):
+            amounts = [sum(size for size, side in zip(lifted, sides) if side == n) for n in (0, 1)]
+            wholes = [_whole_after(topo, topo.numa_cpus[n], nodes[n] - held, amounts[n]) for n in (0, 1)]
+            if None not in wholes:
+                best = max(best or (0, 0), (max(wholes), sum(wholes)))
+    return best
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 3), st.integers(0, 10 ** 6), st.floats(0.4, 0.9))
+def test_the_plan_reaches_the_best_packing_of_an_exhaustive_search(cores, seed, fill):
+    topo = generated(2, cores, 2)
+    reserved = CPUSet([0, 2 * cores])
+    rng = random.Random(seed)
+    free = sorted(set(topo.all_cpus) - set(reserved))
+    rng.shuffle(free)
+    before, units = CPUState("static"), []
+    while len(free) > len(topo.all_cpus) * (1 - fill) and len(units) < 6:
+        size = min(rng.choice([1, 2, 3]), len(free))
+        units.append(frozenset(free[:size]))
+        free = free[size:]
+        before.set("pod-%d" % len(units), "c", CPUSet(units[-1]))
+    before.default = CPUSet(free).union(reserved)
+    found = plan_defrag(topo, NO_OPTIONS, before, reserved)
+    threads = topo.cpus_per_core
+    assert found.proven_best
+    assert (found.after["largest_single_numa_whole_cores"] // threads, found.after["free_whole_cores"]) == \
+        best_packing(topo, reserved, units)
+    replay(before, found)
+
+
+def test_a_time_budget_must_be_positive_and_bounded():
+    for budget in (0, -1, 601, True, "1"):
+        with pytest.raises(ConfigError, match="time_budget must be more than 0"):
+            defrag_config(None, check=True, budget=budget)
 
 
 def test_pod_level_cpus_stay_where_they_are_and_count_as_taken():
