@@ -14,7 +14,9 @@ and orders the moves so that no CPU is ever held by two containers (a swap passe
 such order exists, or the packing found is no better than it, the greedy search (``defrag_greedy``) plans instead.
 A movable unit is a container, or the containers of a pod that hold the same CPUs; a pod whose containers hold
 partly overlapping CPUs, pod-level exclusive CPUs (kubelet 1.36+), a unit too large for one NUMA node and, under
-``full-pcpus-only``, a unit that is not whole cores stay where they are.
+``full-pcpus-only``, a unit that is not whole cores stay where they are. A moved unit lands on one NUMA node, which
+every Topology Manager policy and ``align-by-socket`` accept; ``full-pcpus-only`` gives it whole cores. Options
+that spread an allocation (``distribute-cpus-across-cores``) are not reproduced: a moved unit fills half-used cores.
 """
 
 from __future__ import annotations
