@@ -103,6 +103,40 @@ def test_live_defragmentation_state_first_then_cpusets(tmp_path):
     assert [x.action for x in defrag_node(manager).actions] == []  # nothing left to do
 
 
+def test_live_moves_are_pushed_in_an_order_that_never_pins_a_cpu_twice(tmp_path):
+    """24 CPUs (core g = {g, g + 12}, NUMA 0 = cores 0-5), reserved 0,12, 4 CPUs free: the best packing exchanges two
+    3-CPU containers between the NUMA nodes, one taking a CPU the other leaves: pushed the other way round, that CPU
+    would be pinned to both."""
+    topo = generated(2, 6, 2)
+    held = {"u0": "4", "u1": "6", "u2": "14,22", "u3": "5", "u4": "16,19", "u5": "2", "u6": "3,21,23",
+            "u7": "8,10,17", "u8": "13,20", "u9": "1,7"}
+    runtime = FakeRuntime(str(tmp_path / "cgroup"), "0-23", "0-1")
+    policy = new_policy("static", topo, 2, CPUSet.parse("0,12"))
+    manager = NodeManager(topo, policy, StateStore(str(tmp_path / "state"), "static"), runtime,
+                          cgroups=CgroupFS(str(tmp_path / "cgroup")), cache=ContainerCache())
+    ids = {uid: runtime.add(uid, "app", "Guaranteed", 1000 * len(CPUSet.parse(cpus))) for uid, cpus in held.items()}
+    before = state("0,9,11-12,15,18", **{uid + "_app": cpus for uid, cpus in held.items()})
+    manager.store.save(before)
+    manager.push(before)
+    pinned = {ids[uid]: CPUSet.parse(cpus) for uid, cpus in held.items()}
+    update = runtime.update
+
+    def watched(cid, **kw):  # every push leaves each CPU to one container at most
+        if cid in pinned:
+            pinned[cid] = kw["cpuset_cpus"]
+            taken = [cpu for cpus in pinned.values() for cpu in cpus]
+            assert len(taken) == len(set(taken)), "a CPU pinned twice after pushing %s to %s" % (cid, kw)
+        return update(cid, **kw)
+    runtime.update = watched
+    done = defrag_node(manager)
+    moves = [a for a in done.actions if a.action == "move"]
+    assert [a.pod_uid for a in moves] == ["u7", "u6"] and "17" in moves[0].reason  # u6 goes where u7 was
+    assert done.result["proven_best"] and done.result["after"]["largest_single_numa_whole_cores"] == 4
+    after = manager.read_state()
+    for uid, cid in ids.items():
+        assert runtime.read(cid) == str(after.get(uid, "app"))
+
+
 def test_the_none_policy_has_nothing_to_defragment(tmp_path):
     runtime = FakeRuntime(str(tmp_path / "cgroup"), "0-7", "0-1")
     manager = NodeManager(TWO_NUMA, new_policy("none", TWO_NUMA), StateStore(str(tmp_path / "s"), "none"), runtime)
