@@ -8,7 +8,6 @@ imported only when their sub-commands are built)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
@@ -22,31 +21,36 @@ from ..node.config import (DEFAULT_CGROUP_ROOT, DEFAULT_STATE_PATH, ISOLATED_MOD
                            RUNTIMES, NodeConfig)
 from ..runtime.model import DEFAULT_TIMEOUT
 
-Command = Callable[[argparse.Namespace, TextIO, TextIO, TextIO], int]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+
+Command = Callable[["argparse.Namespace", TextIO, TextIO, TextIO], int]
 
 VERSION = "0.3.0"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse's own usage errors: exit 2 with usage
-        self.print_usage(sys.stderr)
-        raise UsageError("%s: error: %s" % (self.prog, message))
+def _bad_value(message: str) -> Exception:
+    """argparse's error for a flag's bad value (argparse imported then: the OCI hook's start-up does without it)."""
+    import argparse  # noqa: PLC0415
+
+    return argparse.ArgumentTypeError(message)
 
 
 def _cpuset_arg(text: str) -> CPUSet:
     try:
         return CPUSet.parse(text)
     except CPUSetError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise _bad_value(str(exc)) from None
 
 
 def _count_arg(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError('invalid count "%s": a whole number is expected' % text) from None
+        raise _bad_value('invalid count "%s": a whole number is expected' % text) from None
     if value < 0:
-        raise argparse.ArgumentTypeError('invalid count "%s": must not be negative' % text)
+        raise _bad_value('invalid count "%s": must not be negative' % text)
     return value
 
 
@@ -87,6 +91,13 @@ def _kubelet_args(parser: argparse.ArgumentParser) -> None:
 
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     """Every sub-command, or with ``only="hook"`` that one alone (the hook's start-up)."""
+    import argparse  # noqa: PLC0415  # here: the hook's own flags are read without it where they can be
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> Any:  # argparse's own usage errors: exit 2 with usage
+            self.print_usage(sys.stderr)
+            raise UsageError("%s: error: %s" % (self.prog, message))
+
     parser = _Parser(prog="kubecpu", description="Kubernetes-grade CPU pinning: the kubelet static CPU "
                      "manager policy on a node.")
     parser.add_argument("--version", action="version", version="kubecpu " + VERSION)
@@ -194,6 +205,8 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
 
 
 def _hook_parser(sub: Any) -> None:
+    import argparse  # noqa: PLC0415  # build_parser's
+
     p = sub.add_parser("hook", help="run as an OCI createRuntime hook: a container is created on its CPUs or not at "
                        "all (fail closed); the OCI state on stdin")
     _state_args(p)
@@ -219,7 +232,7 @@ def _duration_arg(text: str) -> float:
     try:
         return parse_duration(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise _bad_value(str(exc)) from None
 
 
 def _seconds_arg(text: str) -> float:
@@ -227,7 +240,7 @@ def _seconds_arg(text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError('invalid timeout "%s": seconds expected' % text) from None
+        raise _bad_value('invalid timeout "%s": seconds expected' % text) from None
 
 
 def _runtime_args(parser: argparse.ArgumentParser) -> None:
@@ -263,7 +276,7 @@ def _topology_manager_args(parser: argparse.ArgumentParser) -> None:
 def _pod_assigned_arg(text: str) -> Tuple[int, CPUSet]:
     request, sep, cpus = text.partition(":")
     if not sep:
-        raise argparse.ArgumentTypeError('invalid --pod-assigned "%s": expected R:CPUSET' % text)
+        raise _bad_value('invalid --pod-assigned "%s": expected R:CPUSET' % text)
     return _count_arg(request), _cpuset_arg(cpus)
 
 
@@ -325,13 +338,22 @@ def run_command(parser: argparse.ArgumentParser, commands: Mapping[str, Command]
                 out: TextIO, err: TextIO, stdin: TextIO) -> int:
     """Parse (a ``--config`` file read as flags before the command line's own), run the command; a configuration
     or usage error is exit 2, any other domain error exit 1, each one line on ``err``."""
-    try:
+    def parsed_and_run() -> int:
         args = parser.parse_args(argv)
         if getattr(args, "config", None):
             given = list(sys.argv[1:] if argv is None else argv)
             rest = given[given.index(args.command) + 1:]
             args = parser.parse_args([args.command] + config_arguments(args.config) + rest)
         return commands[args.command](args, out, err, stdin)
+
+    return exit_code(parsed_and_run, err)
+
+
+def exit_code(call: Callable[[], int], err: TextIO) -> int:
+    """``call``'s exit code; a configuration or usage error is exit 2, any other domain error exit 1, each one line
+    on ``err``."""
+    try:
+        return call()
     except ConfigError as exc:
         err.write("%s\n" % exc)
         return 2

@@ -26,13 +26,14 @@ from ..wire.json_lean import dumps, loads
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
-    from typing import IO, Dict, Optional, Sequence, TextIO
+    from typing import IO, Callable, Dict, Optional, Sequence, TextIO, Tuple
 
 MAX_CONFIG_BYTES = 1024 * 1024  # the configuration file: a JSON object of option names
 # The hook parser's flags (a test holds this to ``build_parser(only="hook")``): those the check reads, the
 # switches, and the rest, each of which takes one value.
 QUICK_SETTINGS = ("--state", "--cgroup-root", "--policy", "--config")
 SWITCHES = ("--read-only", "--force", "--align-memory")
+LISTS = ("--option", "--feature-gate", "--topology-manager-option")
 OTHER_FLAGS = ("--num-reserved", "--reserved-cpus", "--option", "--kubelet-version", "--feature-gate", "--runtime",
                "--runtime-endpoint", "--crictl", "--runtime-timeout", "--kubelet-state", "--cache", "--isolated-cpus",
                "--cpu-quota", "--topology-manager-policy", "--topology-manager-scope", "--topology-manager-option",
@@ -68,9 +69,93 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout, err: Te
             out.write(dumps(answer) + "\n")
             return 0
         stdin = io.TextIOWrapper(io.BytesIO(data))
-    from .cli_args import build_parser, run_command  # noqa: PLC0415
+    from .cli_args import exit_code  # noqa: PLC0415
+
+    args = _hook_arguments(given)
+    if args is not None:
+        return exit_code(lambda: cmd_hook(args, out, err, stdin), err)
+    from .cli_args import build_parser, run_command  # noqa: PLC0415  # argparse words what is wrong
 
     return run_command(build_parser(only="hook"), {"hook": cmd_hook}, given, out=out, err=err, stdin=stdin)
+
+
+def _flag_table() -> Dict[str, Tuple[str, object, Optional[Callable[[str], object]], Sequence[str]]]:
+    """The hook parser's flags (a test holds this to ``build_parser(only="hook")``): flag -> (kind, default,
+    conversion, choices); kind is "switch", "list" (repeatable) or "value"."""
+    from ..kubelet.policy import POLICY_NAMES, STATIC  # noqa: PLC0415  # the full path's modules
+    from ..kubelet.topology_manager import POLICIES, SCOPES  # noqa: PLC0415
+    from ..node.config import ISOLATED_MODES, KUBELET_STATE_PATH, QUOTA_MODES, RUNTIMES  # noqa: PLC0415
+    from ..runtime.model import DEFAULT_TIMEOUT  # noqa: PLC0415
+    from .cli_args import _count_arg, _cpuset_arg, _seconds_arg  # noqa: PLC0415
+
+    table: Dict[str, Tuple[str, object, Optional[Callable[[str], object]], Sequence[str]]] = {
+        flag: ("switch", False, None, ()) for flag in SWITCHES}
+    table.update((flag, ("list", [], None, ())) for flag in LISTS)
+    table.update((flag, ("value", None, None, ())) for flag in OTHER_FLAGS + QUICK_SETTINGS if flag not in LISTS)
+    table.update({
+        "--state": ("value", DEFAULT_PATH, None, ()), "--policy": ("value", STATIC, None, POLICY_NAMES),
+        "--num-reserved": ("value", None, _count_arg, ()), "--reserved-cpus": ("value", None, _cpuset_arg, ()),
+        "--runtime": ("value", "crictl", None, RUNTIMES), "--crictl": ("value", "crictl", None, ()),
+        "--runtime-timeout": ("value", DEFAULT_TIMEOUT, _seconds_arg, ()),
+        "--cgroup-root": ("value", DEFAULT_ROOT, None, ()), "--kubelet-state": ("value", KUBELET_STATE_PATH, None, ()),
+        "--isolated-cpus": ("value", "ignore", None, ISOLATED_MODES),
+        "--cpu-quota": ("value", "keep", None, QUOTA_MODES),
+        "--topology-manager-policy": ("value", "none", None, POLICIES),
+        "--topology-manager-scope": ("value", "container", None, SCOPES),
+        "--lock-timeout": ("value", 2.0, _seconds_arg, ()),
+    })
+    return table
+
+
+def _hook_arguments(given: Sequence[str]) -> Optional[argparse.Namespace]:
+    """``hook`` and its flags as its parser reads them (the ``--config`` file's first, the command line's winning),
+    without argparse (a tenth of an allocating hook's time); None for whatever the parser should decide and word: a
+    word it would refuse or abbreviate, a bad or missing value, ``--topology`` with ``--sysfs-root``."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from .cli_args import config_arguments  # noqa: PLC0415
+
+    table = _flag_table()
+    words = list(given[1:])
+    config = None
+    for index, word in enumerate(words):
+        flag, has_value, value = word.partition("=")
+        if flag == "--config":
+            config = value if has_value else (words[index + 1] if index + 1 < len(words) else None)
+    try:
+        words = (config_arguments(config) if config else []) + words
+    except KubecpuError:
+        return None
+    values: Dict[str, object] = {flag[2:].replace("-", "_"): spec[1] for flag, spec in table.items()}
+    values["option"], values["feature_gate"], values["topology_manager_option"] = [], [], []
+    while words:
+        flag, has_value, value = words.pop(0).partition("=")
+        if flag not in table:
+            return None
+        kind, _default, convert, choices = table[flag]
+        dest = flag[2:].replace("-", "_")
+        if kind == "switch":
+            if has_value:
+                return None
+            values[dest] = True
+            continue
+        if not has_value:
+            if not words or words[0].startswith("-"):
+                return None
+            value = words.pop(0)
+        if choices and value not in choices:
+            return None
+        try:
+            converted = convert(value) if convert is not None else value
+        except Exception:  # argparse's own error (ArgumentTypeError): the parser words it
+            return None
+        if kind == "list":
+            values[dest] = list(values[dest]) + [converted]  # type: ignore[call-overload]
+        else:
+            values[dest] = converted
+    if values["topology"] is not None and values["sysfs_root"] is not None:
+        return None
+    return SimpleNamespace(command="hook", **values)  # type: ignore[return-value]  # a Namespace's attributes
 
 
 def _quick_settings(argv: Sequence[str]) -> Optional[Dict[str, str]]:

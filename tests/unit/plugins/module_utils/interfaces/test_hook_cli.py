@@ -1,6 +1,7 @@
 """``bin/kubecpu hook`` starts with only what the hook needs (it is on every container's start path): not the CLI's
-other commands, the agent, the NRI plugin, the wire protocols, the node manager or the operations; and its flags,
-configuration file and exit codes are every sub-command's."""
+other commands, the agent, the NRI plugin, the wire protocols, the node manager or the operations, and not argparse
+for a command line the hook reads itself (as its parser would: held to it flag by flag and on generated command lines);
+and its flags, configuration file and exit codes are every sub-command's."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 5))  # the collection
 CID = "a" * 64
@@ -23,7 +27,7 @@ try:
     runpy.run_path(sys.argv[0], run_name="__main__")
 except SystemExit as exc:
     code = exc.code
-print(sorted(m for m in sys.modules if m.startswith("kubecpu_core")), file=sys.stderr)
+print(sorted(m for m in sys.modules if m.startswith("kubecpu_core") or m == "argparse"), file=sys.stderr)
 sys.exit(code)
 '''
 STATE = json.dumps({"policyName": "static", "defaultCpuSet": "0", "entries": {"1111": {"app": "1"}},
@@ -146,3 +150,85 @@ def test_the_quick_paths_flags_are_the_hook_parsers():
         "-h", "--help"}
     assert switches == set(hook_cli.SWITCHES)
     assert flags == set(hook_cli.QUICK_SETTINGS + hook_cli.SWITCHES + hook_cli.OTHER_FLAGS)
+
+
+def _hook_subparser():
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.cli_args import build_parser
+
+    parser = build_parser(only="hook")
+    return parser, next(a for a in parser._actions if a.choices and "hook" in a.choices).choices["hook"]
+
+
+def test_the_hooks_own_flag_table_is_its_parsers():
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces import hook_cli
+
+    _parser, sub = _hook_subparser()
+    table = hook_cli._flag_table()
+    actions = [a for a in sub._actions if a.option_strings and a.option_strings != ["-h", "--help"]]
+    assert {a.option_strings[0] for a in actions} == set(table)
+    for action in actions:
+        kind, default, convert, choices = table[action.option_strings[0]]
+        want = "switch" if action.nargs == 0 else "list" if type(action).__name__ == "_AppendAction" else "value"
+        assert (kind, default, convert, tuple(choices)) == (want, action.default, action.type,
+                                                            tuple(action.choices or ())), action.option_strings
+
+
+VALUES = {"--state": ["/s", "/var/x"], "--cgroup-root": ["/c"], "--policy": ["static", "none", "bogus"],
+          "--num-reserved": ["1", "2", "-1", "x"], "--reserved-cpus": ["0", "0-1", "7-3"], "--option": ["a", "b=c"],
+          "--kubelet-version": ["1.37"], "--feature-gate": ["X=true"], "--runtime": ["cri", "crictl", "podman"],
+          "--runtime-timeout": ["3", "0.5", "soon"], "--isolated-cpus": ["prefer"], "--cpu-quota": ["unlimited"],
+          "--topology-manager-policy": ["restricted"], "--topology-manager-option": ["prefer-closest-numa-nodes"],
+          "--topology": ["/t.json"], "--sysfs-root": ["/sys2"], "--lock-timeout": ["1", "x"], "--period": ["1s"],
+          "--metrics-path": ["/m"], "--kubelet-state": ["/k"], "--crictl": ["/bin/crictl"]}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(VALUES) + ["--read-only", "--force", "--align-memory"]),
+                          st.integers(0, 9), st.booleans()), max_size=6),
+       st.dictionaries(st.sampled_from(["state", "reserved_cpus", "option", "read_only", "runtime", "sysfs_root"]),
+                       st.sampled_from(["/f", "1", ["a", "b=c"], True, "cri", False]), max_size=3))
+def test_the_hook_reads_any_command_line_as_its_parser_does_or_leaves_it_to_the_parser(flags, config):
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import KubecpuError
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces import hook_cli
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.cli_args import config_arguments
+
+    argv, dashed = ["hook"], False  # a value after its flag that starts with "-": the parser decides
+    for flag, pick, joined in flags:
+        if flag not in VALUES:
+            argv.append(flag)
+            continue
+        value = VALUES[flag][pick % len(VALUES[flag])]
+        argv += ["%s=%s" % (flag, value)] if joined else [flag, value]
+        dashed = dashed or (not joined and value.startswith("-"))
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump(config, handle)
+    try:
+        if config:
+            argv += ["--config", handle.name]
+        parser, _sub = _hook_subparser()
+        try:
+            want = parser.parse_args(argv)
+            if want.config:
+                want = parser.parse_args(["hook"] + config_arguments(want.config) + argv[1:])
+        except KubecpuError:
+            want = None  # a usage error: the hook's own reading must leave it to the parser
+        got = hook_cli._hook_arguments(argv)
+    finally:
+        os.unlink(handle.name)
+    if got is not None:
+        assert want is not None and vars(got) == vars(want), argv
+    else:
+        assert want is None or dashed, argv
+
+
+def test_an_allocating_hook_with_flags_it_reads_itself_loads_no_argparse(tmp_path):
+    stdin, flags = node(tmp_path, cpus="0-3")  # not yet on its CPUs: the full hook allocates
+    done = hook(stdin, flags + ["--option", "full-pcpus-only=false", "--lock-timeout", "3"])
+    assert done.returncode == 0 and json.loads(done.stdout)["action"] == "allocated", done.stderr
+    assert "argparse" not in loaded_modules(done) and "kubecpu_core.services.hook" in loaded_modules(done)
+    other = tmp_path / "other"
+    other.mkdir()
+    stdin, flags = node(other, cpus="0-3")
+    refused = hook(stdin, flags + ["--lock-timeout", "soon"])
+    assert refused.returncode == 2 and "invalid timeout \"soon\": seconds expected" in refused.stderr
+    assert "argparse" in loaded_modules(refused)  # the parser words the error
