@@ -253,6 +253,7 @@ class Lab:
         self.proc: Optional[subprocess.Popen] = None  # type: ignore[type-arg]
         self.cri: Any = None
         self.pods: List[str] = []
+        self.parents: Dict[str, str] = {}  # sandbox ID -> its pod's cgroup parent
 
     @property
     def env(self) -> Dict[str, str]:
@@ -354,6 +355,7 @@ class Lab:
                              "security_context": {"namespace_options": {"network": 2, "pid": 1, "ipc": 0}}}}
         sandbox_id = self.cri.run_pod_sandbox(sandbox)
         self.pods.append(sandbox_id)
+        self.parents[sandbox_id] = parent
         pod = {"uid": uid, "name": name, "namespace": namespace, "sandbox_id": sandbox_id, "sandbox": sandbox,
                "qos": qos, "containers": {}}
         for spec in containers:
@@ -393,12 +395,28 @@ class Lab:
         self.cri.remove_pod_sandbox(pod["sandbox_id"])
         with contextlib.suppress(ValueError):
             self.pods.remove(pod["sandbox_id"])
+        self.remove_pod_cgroup(pod["sandbox"]["linux"]["cgroup_parent"])
+
+    def remove_pod_cgroup(self, parent: str) -> None:
+        """What the kubelet does once a pod is gone: its cgroup removed (cgroupfs driver; systemd removes a slice
+        itself). Left behind, a lab's pods add up to thousands of kubepods cgroups that every walk of the tree
+        reads."""
+        if self.systemd or not parent.startswith("/"):
+            return
+        if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            roots = ["/sys/fs/cgroup"]
+        else:
+            roots = [os.path.join("/sys/fs/cgroup", name) for name in sorted(os.listdir("/sys/fs/cgroup"))]
+        for root in roots:
+            with contextlib.suppress(OSError):  # absent in this hierarchy, or still busy: the kubelet retries
+                os.rmdir(root + parent)
 
     def teardown(self) -> None:
         if self.cri is not None and self.proc is not None:
             for sandbox_id in list(self.pods):
                 with contextlib.suppress(Exception):
                     self.cri.remove_pod_sandbox(sandbox_id)
+                    self.remove_pod_cgroup(self.parents.get(sandbox_id, ""))
             self.cri.close()
         self.stop_daemon()
         subprocess.run(["umount", "-R", os.path.join(self.dir, "state")], check=False,

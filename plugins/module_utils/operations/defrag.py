@@ -125,7 +125,7 @@ def _exact(topo: Topology, node: _Node, reserved: FrozenSet[int], *, whole_only:
                     orders.append((len(order), changed, len(orders), order))
         steps = min(orders)[-1] if orders else None
         if steps is None or max_moves is None or len(steps) <= max_moves:
-            return steps, found.proven
+            return steps, found.proven and cap == max_moves  # with fewer containers, not proven for the moves
         cap = max(0, len({step.unit for step in steps}) - (len(steps) - max_moves))  # a detour is a move too
 
 
