@@ -127,7 +127,6 @@ def _hook_arguments(given: Sequence[str]) -> Optional[argparse.Namespace]:
     except KubecpuError:
         return None
     values: Dict[str, object] = {flag[2:].replace("-", "_"): spec[1] for flag, spec in table.items()}
-    values["option"], values["feature_gate"], values["topology_manager_option"] = [], [], []
     while words:
         flag, has_value, value = words.pop(0).partition("=")
         if flag not in table:

@@ -207,6 +207,6 @@ def _in_move_order(plan: Plan, updates: List[Action]) -> List[Action]:
         if push is not None:
             last_move = last[(move.pod_uid, move.container)] == index
             ordered.append(push if last_move else push._replace(cpus=move.cpus, reason="passing through"))
-    rest = [a for a in updates if a not in pushes.values()]
+    rest = [a for a in updates if a.action != "update" or (a.pod_uid, a.container) not in pushes]
     at = next((i for i, a in enumerate(rest) if a.action == "update" and a.reason.startswith("exclusive")), len(rest))
     return rest[:at] + ordered + rest[at:]

@@ -184,9 +184,8 @@ def _applied(topo: Topology, state: CPUState, reserved: CPUSet, node: _Node, ste
     for move in moves:
         for name in move.containers:
             after_state.set(move.pod_uid, name, move.cpus_after)
-    vacated = CPUSet().union(*(m.cpus_before for m in moves))
-    final = [m.cpus_after for m in moves if after_state.get(m.pod_uid, m.containers[0]) == m.cpus_after]
-    taken = CPUSet().union(*final)
+    vacated = CPUSet().union(*(m.cpus_before for m in moves))  # a detour's CPUs too: free again at the end
+    taken = CPUSet().union(*(after_state.entries[m.pod_uid][m.containers[0]] for m in moves))
     after_state.default = after_state.default.union(vacated).difference(taken)
     return Defrag(moves, node.before, headroom(topo, after_state.default.difference(reserved)), after_state, proven,
                   planner)

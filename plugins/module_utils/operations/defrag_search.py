@@ -101,15 +101,17 @@ class Packing:
             self._put(index, where, 1)
             self.where[index] = where
 
-    def whole(self, node: int) -> int:
+    def whole(self, node: int, extra: int = 0) -> int:
+        """The node's whole cores, with ``extra`` more CPUs moved in."""
         if self.whole_only:
-            return self.clear[node] - self.moved_in[node] // self.threads
-        return min(self.clear[node], (self.rooms[node].capacity - self.used[node]) // self.threads)
+            return self.clear[node] - (self.moved_in[node] + extra) // self.threads
+        return min(self.clear[node], (self.rooms[node].capacity - self.used[node] - extra) // self.threads)
 
-    def fits(self, node: int) -> bool:
-        if self.used[node] > self.rooms[node].capacity:
+    def fits(self, node: int, extra: int = 0) -> bool:
+        """Whether what is on the node, and ``extra`` more CPUs moved in, fits it."""
+        if self.used[node] + extra > self.rooms[node].capacity:
             return False
-        return not self.whole_only or self.moved_in[node] <= self.clear[node] * self.threads
+        return not self.whole_only or self.moved_in[node] + extra <= self.clear[node] * self.threads
 
     def key(self) -> Key:
         whole = [self.whole(node) for node in range(len(self.rooms))]
@@ -128,13 +130,6 @@ class Packing:
         return best_one, min(total, (total_room - self.floating) // self.threads)
 
 
-def _whole_with(packing: Packing, node: int, size: int) -> int:
-    """``packing.whole(node)`` with ``size`` more CPUs moved in (without changing the packing)."""
-    if packing.whole_only:
-        return packing.clear[node] - (packing.moved_in[node] + size) // packing.threads
-    return min(packing.clear[node], (packing.rooms[node].capacity - packing.used[node] - size) // packing.threads)
-
-
 def _lift(packing: Packing, lifted: Sequence[int], max_moves: Optional[int]) -> bool:
     """Moves each of ``lifted`` (staying units) to the node where the objective ends highest; False when one has
     nowhere to go (the others are moved all the same)."""
@@ -146,10 +141,9 @@ def _lift(packing: Packing, lifted: Sequence[int], max_moves: Optional[int]) -> 
         size = packing.units[index].size
         best: Optional[Tuple[Tuple[int, int, int], int]] = None
         for node in range(len(packing.rooms)):
-            if packing.used[node] + size > packing.rooms[node].capacity or (
-                    packing.whole_only and packing.moved_in[node] + size > packing.clear[node] * packing.threads):
+            if not packing.fits(node, size):
                 continue
-            after = _whole_with(packing, node, size)
+            after = packing.whole(node, size)
             others = max((w for n, w in enumerate(whole) if n != node), default=0)
             rank = (max(others, after), after - whole[node], dict(packing.units[index].held).get(node, 0))
             if best is None or rank > best[0]:
