@@ -124,7 +124,7 @@ def _exact(topo: Topology, node: _Node, reserved: FrozenSet[int], *, whole_only:
                     changed = sum(len(goal - held) for goal, held in zip(goals, node.holdings))
                     orders.append((len(order), changed, len(orders), order))
         steps = min(orders)[-1] if orders else None
-        if steps is None or max_moves is None or len(steps) <= max_moves:
+        if steps is None or max_moves is None or len(steps) <= max_moves or cap == 0:
             return steps, found.proven and cap == max_moves  # with fewer containers, not proven for the moves
         cap = max(0, len({step.unit for step in steps}) - (len(steps) - max_moves))  # a detour is a move too
 
@@ -197,6 +197,8 @@ def defrag_config(config: NodeConfig, *, check: bool, max_moves: Optional[int] =
     planned, with the checkpoint after the moves, in that kubelet's format, to write with the kubelet stopped."""
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= MAX_BUDGET:
         raise ConfigError("time_budget must be more than 0 and at most %d seconds, got %r" % (MAX_BUDGET, budget))
+    if max_moves is not None and (isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0):
+        raise ConfigError("max_moves must be a whole number, 0 or more, got %r" % (max_moves,))
     read_only = opened_read_only(config.state_path, config.read_only)
     with build_manager(config, with_runtime=True, topology=topology, checks=not read_only) as manager:
         plan = defrag_node(manager, apply=not (check or read_only), max_moves=max_moves, budget=budget)

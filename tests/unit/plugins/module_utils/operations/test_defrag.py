@@ -274,6 +274,17 @@ def test_a_time_budget_must_be_positive_and_bounded():
             defrag_config(None, check=True, budget=budget)
 
 
+def test_max_moves_must_be_a_whole_number_not_negative():
+    for moves in (-1, -78299255392, True, 1.5, "2"):  # -78299255392: hypothesis found the exact search looping on it
+        with pytest.raises(ConfigError, match="max_moves must be a whole number, 0 or more"):
+            defrag_config(None, check=True, max_moves=moves)
+
+
+def test_plan_defrag_called_with_a_negative_cap_moves_nothing():
+    before = state("0-2,4-6,8-11,14", a_app="3,13", b_app="12,15", c_app="7")
+    assert plan_defrag(ISSUE_TOPO, NO_OPTIONS, before, CPUSet.parse("0,8"), max_moves=-5).moves == []
+
+
 def test_pod_level_cpus_stay_where_they_are_and_count_as_taken():
     before = state("0,2-5,7", a_app="1", b_db="6")
     before.pod_entries = {"b": CPUSet.parse("6")}  # b's CPUs are a pod-level set (kubelet 1.36+): not moved
