@@ -120,6 +120,17 @@ options:
     type: str
     choices: [keep, unlimited]
     default: keep
+  irq_isolation:
+    description:
+      - Beyond the kubelet. V(exclusive) keeps every device interrupt (C(/proc/irq/N/smp_affinity_list)) and the
+        default affinity of new ones off the CPUs held exclusively, tells a running irqbalance its banned CPUs
+        through its socket (never a restart) and keeps them in C(IRQBALANCE_BANNED_CPULIST) of
+        C(/etc/default/irqbalance); released CPUs get their interrupts back. Managed interrupts the kernel will not
+        move are counted, not errors. The affinities interrupts had are recorded in C(<state_path>.irq.json).
+        See C(docs/HOUSEKEEPING.md).
+    type: str
+    choices: ["off", exclusive]
+    default: "off"
   topology_manager_policy:
     description:
       - The Topology Manager policy applied before exclusive CPUs are chosen, as the kubelet applies it. V(none)

@@ -170,5 +170,10 @@ class ProtocolError(Exception):
     """The peer broke HTTP/2 or HPACK; the gRPC client reports it as the status INTERNAL."""
 
 
+class HousekeepingError(KubecpuError):
+    """The node's housekeeping (interrupt affinity in /proc/irq, irqbalance, its record file) cannot be read or
+    changed: the message names the file or the daemon and the cause."""
+
+
 class SafetyError(KubecpuError):
     """kubecpu refuses to act because another manager pins CPUs on this node, or the setup would break it."""

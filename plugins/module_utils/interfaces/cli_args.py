@@ -17,8 +17,8 @@ from ..kubelet.cpuset import CPUSet
 from ..kubelet.options import ALL_OPTIONS, parse_option_args
 from ..kubelet.policy import POLICY_NAMES, STATIC
 from ..kubelet.topology_manager import POLICIES, SCOPES
-from ..node.config import (DEFAULT_CGROUP_ROOT, DEFAULT_STATE_PATH, ISOLATED_MODES, KUBELET_STATE_PATH, QUOTA_MODES,
-                           RUNTIMES, NodeConfig)
+from ..node.config import (DEFAULT_CGROUP_ROOT, DEFAULT_STATE_PATH, IRQ_MODES, ISOLATED_MODES, KUBELET_STATE_PATH,
+                           QUOTA_MODES, RUNTIMES, NodeConfig)
 from ..runtime.model import DEFAULT_TIMEOUT
 
 TYPE_CHECKING = False
@@ -262,6 +262,8 @@ def _runtime_args(parser: argparse.ArgumentParser) -> None:
                         help="set cpuset.mems of pinned containers to the NUMA nodes of their CPUs")
     parser.add_argument("--cpu-quota", choices=QUOTA_MODES, default="keep",
                         help="unlimited: no CFS quota for exclusively pinned containers and their pods")
+    parser.add_argument("--irq-isolation", choices=IRQ_MODES, default="off",
+                        help="exclusive: keep device interrupts (and irqbalance) off the CPUs held exclusively")
     _topology_manager_args(parser)
 
 

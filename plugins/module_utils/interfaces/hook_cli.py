@@ -36,8 +36,8 @@ SWITCHES = ("--read-only", "--force", "--align-memory")
 LISTS = ("--option", "--feature-gate", "--topology-manager-option")
 OTHER_FLAGS = ("--num-reserved", "--reserved-cpus", "--option", "--kubelet-version", "--feature-gate", "--runtime",
                "--runtime-endpoint", "--crictl", "--runtime-timeout", "--kubelet-state", "--cache", "--isolated-cpus",
-               "--cpu-quota", "--topology-manager-policy", "--topology-manager-scope", "--topology-manager-option",
-               "--topology", "--sysfs-root",
+               "--cpu-quota", "--irq-isolation", "--topology-manager-policy", "--topology-manager-scope",
+               "--topology-manager-option", "--topology", "--sysfs-root",
                "--lock-timeout", "--period", "--socket", "--plugin-name", "--plugin-index", "--metrics-path")
 
 
@@ -84,7 +84,7 @@ def _flag_table() -> Dict[str, Tuple[str, object, Optional[Callable[[str], objec
     conversion, choices); kind is "switch", "list" (repeatable) or "value"."""
     from ..kubelet.policy import POLICY_NAMES, STATIC  # noqa: PLC0415  # the full path's modules
     from ..kubelet.topology_manager import POLICIES, SCOPES  # noqa: PLC0415
-    from ..node.config import ISOLATED_MODES, KUBELET_STATE_PATH, QUOTA_MODES, RUNTIMES  # noqa: PLC0415
+    from ..node.config import IRQ_MODES, ISOLATED_MODES, KUBELET_STATE_PATH, QUOTA_MODES, RUNTIMES  # noqa: PLC0415
     from ..runtime.model import DEFAULT_TIMEOUT  # noqa: PLC0415
     from .cli_args import _count_arg, _cpuset_arg, _seconds_arg  # noqa: PLC0415
 
@@ -99,7 +99,7 @@ def _flag_table() -> Dict[str, Tuple[str, object, Optional[Callable[[str], objec
         "--runtime-timeout": ("value", DEFAULT_TIMEOUT, _seconds_arg, ()),
         "--cgroup-root": ("value", DEFAULT_ROOT, None, ()), "--kubelet-state": ("value", KUBELET_STATE_PATH, None, ()),
         "--isolated-cpus": ("value", "ignore", None, ISOLATED_MODES),
-        "--cpu-quota": ("value", "keep", None, QUOTA_MODES),
+        "--cpu-quota": ("value", "keep", None, QUOTA_MODES), "--irq-isolation": ("value", "off", None, IRQ_MODES),
         "--topology-manager-policy": ("value", "none", None, POLICIES),
         "--topology-manager-scope": ("value", "container", None, SCOPES),
         "--lock-timeout": ("value", 2.0, _seconds_arg, ()),

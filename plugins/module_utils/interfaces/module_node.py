@@ -13,8 +13,8 @@ from ..errors import TopologyError
 from ..kubelet.policy import POLICY_NAMES
 from ..kubelet.topology_manager import POLICIES as TM_POLICIES
 from ..kubelet.topology_manager import SCOPES as TM_SCOPES
-from ..node.config import (DEFAULT_CGROUP_ROOT, DEFAULT_STATE_PATH, ISOLATED_MODES, KUBELET_STATE_PATH, QUOTA_MODES,
-                           RUNTIMES, NodeConfig)
+from ..node.config import (DEFAULT_CGROUP_ROOT, DEFAULT_STATE_PATH, IRQ_MODES, ISOLATED_MODES, KUBELET_STATE_PATH,
+                           QUOTA_MODES, RUNTIMES, NodeConfig)
 from ..runtime.model import DEFAULT_TIMEOUT
 from .module_common import TOPOLOGY_ARGS
 
@@ -40,6 +40,7 @@ STATE_ARGS: Dict[str, Dict[str, Any]] = {
     "isolated_cpus": {"type": "str", "choices": list(ISOLATED_MODES), "default": "ignore"},
     "align_memory": {"type": "bool", "default": False},
     "cpu_quota": {"type": "str", "choices": list(QUOTA_MODES), "default": "keep"},
+    "irq_isolation": {"type": "str", "choices": list(IRQ_MODES), "default": "off"},
     "topology_manager_policy": {"type": "str", "choices": list(TM_POLICIES), "default": "none"},
     "topology_manager_scope": {"type": "str", "choices": list(TM_SCOPES), "default": "container"},
     "topology_manager_policy_options": {"type": "dict", "default": {}},

@@ -28,6 +28,7 @@ MAX_TIMEOUT = 3600.0
 RUNTIMES = ("crictl", "cri")
 ISOLATED_MODES = ("ignore", "prefer", "only")
 QUOTA_MODES = ("keep", "unlimited")
+IRQ_MODES = ("off", "exclusive")
 
 
 class _ManagerOptions(NamedTuple):
@@ -37,6 +38,7 @@ class _ManagerOptions(NamedTuple):
     topology_manager_policy: str = "none"  # with a policy, CPUs are chosen inside the merged NUMA affinity
     topology_manager_scope: str = "container"
     topology_manager_options: Optional[Mapping[str, str]] = None
+    irq_isolation: str = "off"  # off | exclusive: device interrupts kept off the CPUs held exclusively
 
 
 class ManagerOptions(_ManagerOptions):
@@ -51,10 +53,11 @@ class ManagerOptions(_ManagerOptions):
         choice(self.cpu_quota, "cpu_quota", QUOTA_MODES)
         choice(self.topology_manager_policy, "topology_manager_policy", TM_POLICIES)
         choice(self.topology_manager_scope, "topology_manager_scope", TM_SCOPES)
+        choice(self.irq_isolation, "irq_isolation", IRQ_MODES)
         if not isinstance(self.align_memory, bool):
             raise ConfigError("align_memory must be a boolean, got %r" % (self.align_memory,))
         options = option_map(self.topology_manager_options, "topology_manager_policy_options")
-        return tuple.__new__(cls, self[:-1] + (options,))
+        return self._replace(topology_manager_options=options)
 
 
 class _NodeConfig(NamedTuple):

@@ -2,11 +2,11 @@
 # Apache License 2.0 (see LICENSE)
 """The node's CPU manager (the kubelet's Manager, cpu_manager.go): orchestration only.
 
-Every caller (``bin/kubecpu``, each module, the agent, the NRI plugin) goes through ``NodeManager``. Each call runs
-under the state lock: observe (one list call; the container cache spares inspections), decide (stale entries
-released, resizes, the policy behind the Topology Manager's admission), commit (the state file) and apply (the
-cgroup targets through the runtime); it returns a ``Plan``. A pass is RUNTIME.md section 6. Closes its runtime.
-"""
+Every caller (``bin/kubecpu``, each module, the agent, the NRI plugin, the OCI hook) goes through ``NodeManager``.
+Each call runs under the state lock: observe (one list call; the container cache spares inspections), decide (stale
+entries released, resizes, the policy behind the Topology Manager's admission), commit (the state file, then the
+interrupts: node/housekeeping.py) and apply (the cgroup targets through the runtime); it returns a ``Plan``. A pass
+is RUNTIME.md section 6. Closes its runtime."""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ from ..runtime.model import CREATED, RUNNING, Runtime
 from .admission import Admission
 from .config import ManagerOptions
 from .hook_marks import HookMarks
+from .housekeeping import irq_isolation, isolate_in_pass
 from .plan import Action, Plan
-from .pod_views import Pair, PodView, allocation_target, build_views, find_container
+from .pod_views import Pair, PodView, allocation_target, build_views, find_container, release_stale
 from .resize import BaselineFile, baselines_path, resize_running, sync_baselines
 from .state_store import StateStore
 from .targets import CgroupTargets, Scope
@@ -52,6 +53,7 @@ class NodeManager:
         self.topology_admission = Admission(topology, options.topology_manager_policy,
                                             options.topology_manager_scope, options.topology_manager_options)
         self.cgroup_targets = CgroupTargets(topology, cgroups or CgroupFS(), options, HookMarks.beside(store))
+        self.irq = irq_isolation(options.irq_isolation, topology.all_cpus, None if store.read_only else store.path)
 
     cgroups = property(lambda self: self.cgroup_targets.cgroups)
 
@@ -86,6 +88,7 @@ class NodeManager:
 
     def _commit(self, plan: Plan, state: CPUState, apply: bool) -> None:
         plan.after = state
+        isolate_in_pass(self.irq, plan, state.assigned(), apply)
         if not apply:
             return
         if not self.store.read_only:
@@ -118,16 +121,6 @@ class NodeManager:
                     why = "restarted container keeps its CPUs" if listed.attempt else "Guaranteed integral request"
                     plan.actions.append(Action("allocate", listed.id, listed.pod_ref, view.uid, listed.name,
                                                str(result.cpus), why))
-
-    def _release_stale(self, plan: Plan, state: CPUState, views: Dict[str, PodView], scope: Scope) -> None:
-        """removeStaleState: entries of pods or containers the runtime no longer has."""
-        for uid, name, cpus in list(state.assignments()):
-            view = views.get(uid)
-            if (view is not None and name in view.latest) or (scope is not None and uid not in scope):
-                continue
-            self.policy.remove_container(state, uid, name)
-            why = "pod is gone" if view is None else "container is gone"
-            plan.actions.append(Action("release", "", "", uid, name, str(cpus), why))
 
     # --- without a runtime (bin/kubecpu allocate / release) -------------------------------------------------
     def allocate_pod(self, pod: Pod, container: str, numa_affinity: Optional[Sequence[int]] = None,
@@ -196,7 +189,7 @@ class NodeManager:
         again; the others keep their CPUs and are updated only when the shared pool changes. None: every pod."""
         with self.session(apply, scope=scope) as (state, plan, pairs):
             views = build_views(pairs if scope is None else [pair for pair in pairs if pair[0].pod_uid in scope])
-            self._release_stale(plan, state, views, scope)
+            release_stale(self.policy, plan, state, views, scope)
             resize_running(self.policy, plan, state, views, self.baselines.load())
             self.allocate_running(plan, state, views)
         return plan

@@ -35,6 +35,12 @@ _HELP = {
     "kubecpu_resize_errors_total": ("counter", "In-place resizes refused or infeasible (retried every pass)."),
     "kubecpu_peer_errors_total": ("counter", "What the runtime sent that ended one request, one connection or one pass "
                                   "(never the process), by peer and kind."),
+    "kubecpu_irq_affinity_updates_total": ("counter", "Interrupt affinities (and the default one) kubecpu changed to "
+                                           "keep interrupts off exclusive CPUs or give released CPUs back."),
+    "kubecpu_irq_affinity_refused": ("gauge", "Interrupts whose affinity names an exclusive CPU and that the kernel "
+                                     "refused to move (managed interrupts), at the last scan."),
+    "kubecpu_irq_errors_total": ("counter", "Passes whose interrupt isolation failed (procfs, irqbalance or the "
+                                 "record file)."),
 }
 
 
@@ -72,12 +78,18 @@ class Metrics:
                 self.inc("kubecpu_released_total")
             elif kind == "resize":
                 self.inc("kubecpu_resizes_total")
+        housekeeping = dict(plan_doc.get("housekeeping") or {})  # type: ignore[call-overload]
+        if housekeeping:
+            self.inc("kubecpu_irq_affinity_updates_total", len(housekeeping.get("updated") or []))
+            self.set("kubecpu_irq_affinity_refused", len(housekeeping.get("refused") or []))
         for error in list(plan_doc.get("errors") or []):  # type: ignore[call-overload]
             if error.get("kind") == "allocation":
                 self.inc("cpu_manager_pinning_requests_total")
                 self.inc("cpu_manager_pinning_errors_total")
             elif error.get("kind") == "resize":
                 self.inc("kubecpu_resize_errors_total")
+            elif error.get("kind") == "irq":
+                self.inc("kubecpu_irq_errors_total")
             else:
                 self.inc("kubecpu_update_errors_total")
 

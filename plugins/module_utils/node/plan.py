@@ -46,6 +46,7 @@ class Plan:
         self.runtime_calls: Dict[str, int] = {}
         self.seconds = 0.0
         self.result: Dict[str, Any] = {}
+        self.housekeeping: Dict[str, Any] = {}  # the interrupts kept off the exclusive CPUs (node/housekeeping.py)
 
     @property
     def changed(self) -> bool:
@@ -66,6 +67,8 @@ class Plan:
         doc = {"changed": self.changed, "actions": [a.to_dict() for a in self.actions], "errors": self.errors,
                "skipped": self.skipped, "counts": counts, "runtime_calls": self.runtime_calls,
                "applied": self.applied, "duration_seconds": round(self.seconds, 6)}
+        if self.housekeeping:
+            doc["housekeeping"] = self.housekeeping
         if states:
             doc.update(state_before=self.before.to_dict(), state_after=self.after.to_dict())
         doc.update(self.result)

@@ -6,12 +6,15 @@ and the pod model the policy allocates for (CRI knows no pods' specs, RUNTIME.md
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import AbstractSet, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import ContainerNotFoundError, PodSpecError
 from ..kubelet.pod import Container, Pod
+from ..kubelet.policy import Policy
 from ..kubelet.qos import GUARANTEED
+from ..kubelet.state import CPUState
 from ..runtime.model import EXITED, ContainerInfo, ListedContainer
+from .plan import Action, Plan
 
 Pair = Tuple[ListedContainer, ContainerInfo]
 
@@ -115,3 +118,16 @@ def allocation_target(pairs: Sequence[Pair], container_id: Optional[str], pod_ui
     model = Pod(uid=pod_uid, name="", namespace="", init_containers=(),
                 containers=(Container(name, Fraction(cpus), Fraction(cpus)),), qos=GUARANTEED)
     return None, pod_uid, name, model
+
+
+def release_stale(policy: Policy, plan: Plan, state: CPUState, views: Dict[str, PodView],
+                  scope: Optional[AbstractSet[str]]) -> None:
+    """removeStaleState: entries of pods or containers the runtime no longer has (outside ``scope``, when a pass has
+    one, entries are left alone)."""
+    for uid, name, cpus in list(state.assignments()):
+        view = views.get(uid)
+        if (view is not None and name in view.latest) or (scope is not None and uid not in scope):
+            continue
+        policy.remove_container(state, uid, name)
+        why = "pod is gone" if view is None else "container is gone"
+        plan.actions.append(Action("release", "", "", uid, name, str(cpus), why))

@@ -33,6 +33,17 @@ def test_a_pass_counts_what_it_did():
         assert line in samples(text), line
 
 
+def test_a_pass_that_moved_interrupts():
+    metrics = Metrics()
+    metrics.observe_pass({"housekeeping": {"updated": [{"irq": "24"}, {"irq": "default"}], "refused": [30, 31]},
+                          "errors": [{"kind": "irq", "error": "cannot write /proc/irq/24/smp_affinity_list"}]},
+                         0.1, True)
+    lines = samples(metrics.render())
+    for line in ("kubecpu_irq_affinity_updates_total 2", "kubecpu_irq_affinity_refused 2",
+                 "kubecpu_irq_errors_total 1", "kubecpu_update_errors_total 0"):
+        assert line in lines, line
+
+
 def test_the_state_gauges_per_numa_node():
     topo = Topology(generated_cpus(2, 2, 2))  # 8 CPUs, NUMA 0 = cores {0,4} {1,5}, NUMA 1 = {2,6} {3,7}
     state = CPUState("static", CPUSet.parse("0,4"))
@@ -44,7 +55,8 @@ def test_the_state_gauges_per_numa_node():
         'cpu_manager_allocation_per_numa{numa_node="0"} 2', 'cpu_manager_allocation_per_numa{numa_node="1"} 4',
         "cpu_manager_exclusive_cpu_allocation_count 6", "cpu_manager_pinning_errors_total 0",
         "cpu_manager_pinning_requests_total 0", "cpu_manager_shared_pool_size_millicores 1000",
-        "kubecpu_cpuset_updates_total 0", "kubecpu_drift_corrections_total 0", "kubecpu_peer_errors_total 0",
+        "kubecpu_cpuset_updates_total 0", "kubecpu_drift_corrections_total 0",
+        "kubecpu_irq_affinity_updates_total 0", "kubecpu_irq_errors_total 0", "kubecpu_peer_errors_total 0",
         "kubecpu_reconcile_passes_total 0",
         "kubecpu_released_total 0", "kubecpu_resize_errors_total 0", "kubecpu_resizes_total 0",
         "kubecpu_runtime_calls_total 0", "kubecpu_update_errors_total 0"]  # counters start at 0

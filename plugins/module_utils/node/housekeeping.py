@@ -1,0 +1,184 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""Interrupts kept off the CPUs held exclusively (docs/HOUSEKEEPING.md): a pass's last step, under the state lock.
+
+Every device interrupt whose affinity names a CPU to keep clear gets that CPU taken out (all its CPUs: it goes to the
+other online CPUs), and so does the default affinity of interrupts yet to come. The affinity each had before is
+recorded (``<state>.irq.json``): a released CPU is given back to the interrupts that had it, and an interrupt whose
+CPUs are all released gets its old affinity back. Managed interrupts the kernel will not move (EIO) are counted. A
+running irqbalance is told its banned CPUs through its socket, and its environment file keeps them for its next start,
+once per change of the set: never a restart.
+
+Procfs is read in full when the set changes, and otherwise at most every ``RESCAN_SECONDS`` (a device added, an
+affinity someone moved back): one pass of the NRI plugin per container stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable, Dict, Optional
+
+from ..atomic import atomic_write
+from ..errors import CPUSetError, HousekeepingError
+from ..kubelet.cpuset import CPUSet
+from ..runtime.irq import IrqFS
+from ..runtime.irqbalance import IrqBalance
+from .plan import Plan
+
+RECORD_SUFFIX = ".irq.json"
+FORMAT = "kubecpu.irq/v1"
+RESCAN_SECONDS = 10.0
+MAX_RECORD_BYTES = 1 << 20  # an entry per interrupt: 4,096 of them take about 80 KiB
+DEFAULT_KEY = "default"
+
+
+class IrqRecord:
+    """What the interrupts had before kubecpu moved them, and what it told irqbalance; a corrupt file is refused and
+    kept."""
+
+    def __init__(self, path: Optional[str]) -> None:
+        self.path = path
+
+    def load(self) -> Dict[str, Any]:
+        empty: Dict[str, Any] = {"kept_off": "", "originals": {}, "banned": None, "refused": []}
+        if not self.path:
+            return empty
+        try:
+            with open(self.path, "rb") as handle:
+                data = handle.read(MAX_RECORD_BYTES + 1)
+        except FileNotFoundError:
+            return empty
+        except OSError as exc:
+            raise HousekeepingError("cannot read %s: %s" % (self.path, exc.strerror or exc)) from None
+        try:
+            if len(data) > MAX_RECORD_BYTES:
+                raise ValueError("larger than %d bytes" % MAX_RECORD_BYTES)
+            doc = json.loads(data)
+            if doc.get("format") != FORMAT:
+                raise ValueError("format is not %s" % FORMAT)
+            record = {"kept_off": str(CPUSet.parse(doc["kept_off"])),
+                      "originals": {str(key): str(CPUSet.parse(value)) for key, value in doc["originals"].items()},
+                      "banned": None if doc["banned"] is None else str(CPUSet.parse(doc["banned"])),
+                      "refused": [int(irq) for irq in doc["refused"]]}
+        except (ValueError, KeyError, TypeError, AttributeError, CPUSetError) as exc:
+            raise HousekeepingError("interrupt record %s is unreadable (%s): kept as it is, interrupts left alone; "
+                                    "move the file aside once their affinities are as they should be"
+                                    % (self.path, exc)) from None
+        return record
+
+    def save(self, record: Dict[str, Any]) -> None:
+        if not self.path:
+            return
+        data = (json.dumps(dict(record, format=FORMAT), sort_keys=True, separators=(",", ":")) + "\n").encode()
+        try:
+            atomic_write(self.path, data, durable=True)
+        except OSError as exc:
+            raise HousekeepingError("cannot write %s: %s" % (self.path, exc.strerror or exc)) from None
+
+
+class IrqIsolation:
+    """Interrupt affinity around a set of CPUs to keep clear (``apply``), on the ``online`` CPUs."""
+
+    def __init__(self, online: CPUSet, record_path: Optional[str], irqs: Optional[IrqFS] = None,
+                 irqbalance: Optional[IrqBalance] = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.online = online
+        self.record = IrqRecord(record_path)
+        self.irqs = irqs or IrqFS()
+        self.irqbalance = irqbalance or IrqBalance()
+        self.clock = clock
+        self.scanned: Optional[float] = None  # when this process last read every interrupt
+
+    def apply(self, keep_off: CPUSet, apply: bool = True) -> Dict[str, Any]:
+        """Interrupt affinities (and irqbalance) around ``keep_off``; what changed, or would with ``apply`` False."""
+        keep_off = keep_off.intersection(self.online)
+        record = self.record.load()
+        before = CPUSet.parse(record["kept_off"])
+        report: Dict[str, Any] = {"kept_off": str(keep_off), "updated": [], "refused": record["refused"]}
+        due = self.scanned is None or self.clock() - self.scanned >= RESCAN_SECONDS
+        if keep_off != before or due:
+            self._scan(record, keep_off, keep_off != before, report, apply)
+        record["kept_off"] = str(keep_off)
+        self._tell_irqbalance(record, keep_off, report, apply)
+        if apply:
+            self.record.save(record)
+        return report
+
+    def _scan(self, record: Dict[str, Any], keep_off: CPUSet, changed: bool, report: Dict[str, Any],
+              apply: bool) -> None:
+        originals: Dict[str, str] = record["originals"]
+        refused = []
+        keys = [str(irq) for irq in self.irqs.irqs()] + [DEFAULT_KEY]
+        for key in keys:
+            current = self.irqs.default_affinity() if key == DEFAULT_KEY else self.irqs.affinity(int(key))
+            if current is None:
+                originals.pop(key, None)
+                continue
+            known = originals.get(key)
+            original = current if known is None else CPUSet.parse(known)
+            if current.intersection(keep_off):
+                want = original.difference(keep_off) or self.online.difference(keep_off)
+            elif known is not None and not original.intersection(keep_off):
+                want = original  # every CPU it had is free again
+            elif known is not None and changed:
+                want = original.difference(keep_off)  # some of its CPUs are free again
+            else:
+                continue
+            if not want or want == current:
+                if want == original:
+                    originals.pop(key, None)
+                continue
+            done = True
+            if apply:
+                write = self.irqs.set_default_affinity if key == DEFAULT_KEY else (
+                    lambda cpus, irq=int(key): self.irqs.set_affinity(irq, cpus))
+                done = write(want)
+            if not done:
+                refused.append(key)
+                continue
+            report["updated"].append({"irq": key, "from": str(current), "to": str(want)})
+            if want == original:
+                originals.pop(key, None)
+            else:
+                originals[key] = str(original)
+        record["refused"] = report["refused"] = [int(key) for key in refused if key != DEFAULT_KEY]
+        report["interrupts"] = len(keys) - 1
+        if apply:
+            self.scanned = self.clock()
+
+    def _tell_irqbalance(self, record: Dict[str, Any], keep_off: CPUSet, report: Dict[str, Any], apply: bool) -> None:
+        """Once per change of the set: the running daemon through its socket, its next start through its file."""
+        daemon = self.irqbalance.running()
+        report["irqbalance"] = "not running" if daemon is None else "pid %d" % daemon[0]
+        told = record["banned"]
+        if told is not None and CPUSet.parse(told) == keep_off and daemon is not None:
+            return
+        if self.irqbalance.persist(keep_off, apply):
+            report["irqbalance_file"] = self.irqbalance.env_file
+        if daemon is not None:
+            if apply:
+                self.irqbalance.ban(daemon[1], keep_off)
+            report["irqbalance_banned"] = str(keep_off)
+        record["banned"] = str(keep_off) if daemon is not None else None
+
+
+def isolate_in_pass(isolation: Optional[IrqIsolation], plan: Plan, keep_off: CPUSet, apply: bool) -> None:
+    """A pass's last step: the interrupts around ``keep_off``, in ``plan.housekeeping``; a failure is the plan's error
+    (kind ``irq``), never the pass's: the containers are pinned all the same."""
+    if isolation is None:
+        return
+    try:
+        plan.housekeeping = isolation.apply(keep_off, apply)
+    except HousekeepingError as exc:
+        plan.error(None, str(exc), "irq")
+
+
+def record_path(state_path: str) -> str:
+    return state_path + RECORD_SUFFIX
+
+
+def irq_isolation(mode: str, online: CPUSet, state_path: Optional[str]) -> Optional[IrqIsolation]:
+    """The isolation a node's ``irq_isolation`` setting asks for (None when off)."""
+    if mode == "off":
+        return None
+    return IrqIsolation(online, None if state_path is None else record_path(state_path))

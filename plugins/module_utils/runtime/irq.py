@@ -1,0 +1,108 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""Interrupt affinity as procfs shows it (docs/HOUSEKEEPING.md): ``/proc/irq/N/smp_affinity_list``, the CPUs device
+interrupt N may be delivered to (root may write it), ``effective_affinity_list``, where the kernel delivers it now (it
+follows a write once the interrupt fires again), and ``/proc/irq/default_smp_affinity``, the mask new interrupts start
+with (hex words of 32 bits, comma-separated, the highest first).
+
+Managed interrupts (the vectors the kernel spreads over a multi-queue device itself) refuse a new affinity with EIO:
+``set_affinity`` says so with False, and the caller counts them; they are not errors.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import List, Optional
+
+from ..errors import CPUSetError, HousekeepingError
+from ..kubelet.cpuset import CPUSet
+
+PROC_IRQ = "/proc/irq"
+MAX_IRQ_FILE_BYTES = 4096  # a CPU list or mask: 1,024 CPUs as a mask is 287 bytes
+DEFAULT_AFFINITY = "default_smp_affinity"
+
+
+def format_mask(cpus: CPUSet) -> str:
+    """A CPU set as the kernel's bitmap text: 32-bit hex words, comma-separated, the highest first ("ff",
+    "1,00000000")."""
+    value = sum(1 << cpu for cpu in cpus)
+    words = []
+    while True:
+        words.append(value & 0xFFFFFFFF)
+        value >>= 32
+        if not value:
+            break
+    return ",".join(["%x" % words[-1]] + ["%08x" % word for word in reversed(words[:-1])])
+
+
+class IrqFS:
+    """One procfs's interrupt affinities (``root``: /proc/irq, or a copy of its shape in tests)."""
+
+    def __init__(self, root: str = PROC_IRQ) -> None:
+        self.root = root
+
+    def irqs(self) -> List[int]:
+        """The interrupts procfs lists, ascending; none when it cannot be read."""
+        try:
+            return sorted(int(name) for name in os.listdir(self.root) if name.isdigit())
+        except OSError:
+            return []
+
+    def _read(self, name: str) -> Optional[str]:
+        try:
+            with open(os.path.join(self.root, name), "rb") as handle:
+                data = handle.read(MAX_IRQ_FILE_BYTES + 1)
+        except OSError:
+            return None
+        if len(data) > MAX_IRQ_FILE_BYTES:
+            return None
+        return data.decode("ascii", "replace").strip()
+
+    def _list(self, name: str) -> Optional[CPUSet]:
+        text = self._read(name)
+        try:
+            return None if text is None else CPUSet.parse(text)
+        except CPUSetError:
+            return None
+
+    def affinity(self, irq: int) -> Optional[CPUSet]:
+        """What the interrupt may run on; None when it is gone or unreadable."""
+        return self._list("%d/smp_affinity_list" % irq)
+
+    def effective(self, irq: int) -> Optional[CPUSet]:
+        """Where the kernel delivers it now (None where the kernel does not say)."""
+        return self._list("%d/effective_affinity_list" % irq)
+
+    def default_affinity(self) -> Optional[CPUSet]:
+        text = self._read(DEFAULT_AFFINITY)
+        try:
+            return None if text is None else CPUSet.parse_mask(text)
+        except CPUSetError:
+            return None
+
+    def set_affinity(self, irq: int, cpus: CPUSet) -> bool:
+        """Write the interrupt's affinity. False when the kernel refuses it for a managed interrupt (EIO) or the
+        interrupt has gone; HousekeepingError for anything else (no permission, a read-only procfs)."""
+        return self._write("%d/smp_affinity_list" % irq, str(cpus))
+
+    def set_default_affinity(self, cpus: CPUSet) -> bool:
+        return self._write(DEFAULT_AFFINITY, format_mask(cpus))
+
+    def _write(self, name: str, text: str) -> bool:
+        path = os.path.join(self.root, name)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0))  # as a shell's ">" opens it
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise HousekeepingError("cannot write %s: %s" % (path, exc.strerror)) from None
+        try:
+            os.write(fd, text.encode("ascii"))
+        except OSError as exc:
+            if exc.errno in (errno.EIO, errno.ENOENT):
+                return False
+            raise HousekeepingError("cannot set %s to %s: %s" % (path, text, exc.strerror)) from None
+        finally:
+            os.close(fd)
+        return True

@@ -1,0 +1,159 @@
+"""Interrupts kept off the CPUs held exclusively, given back when released (docs/HOUSEKEEPING.md), on a /proc/irq
+shaped directory; irqbalance told once per change."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import HousekeepingError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.housekeeping import RESCAN_SECONDS, IrqIsolation, isolate_in_pass
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.plan import Plan
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.irq import IrqFS
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.irqbalance import IrqBalance
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.proc_irq import (FakeIrqBalance, ManagedIrqFS,
+                                                                                   affinity, proc_irq)
+
+ONLINE = CPUSet.parse("0-7")
+
+
+class Clock:
+    now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def isolation(tmp_path, irqs, managed=(), default="ff", balance=None):
+    root = proc_irq(tmp_path / "irq", irqs, default)
+    balance = balance or IrqBalance(str(tmp_path / "run"), str(tmp_path / "env"))
+    clock = Clock()
+    return IrqIsolation(ONLINE, str(tmp_path / "state.irq.json"), ManagedIrqFS(root, managed), balance,
+                        clock=clock), root, clock
+
+
+def default_mask(root):
+    with open(os.path.join(root, "default_smp_affinity"), encoding="ascii") as handle:
+        return handle.read().strip()
+
+
+# keep off, then what each interrupt's affinity is (24 had 0-7, 25 had 4, 26 had 0-3, 27 had 4-5,6)
+STEPS = [
+    ("4-7", {24: "0-3", 25: "0-3", 26: "0-3", 27: "0-3"}, "f"),  # 25's only CPU is held: the others take it
+    ("6-7", {24: "0-5", 25: "4", 26: "0-3", 27: "4-5"}, "3f"),  # released CPUs come back to those that had them
+    ("", {24: "0-7", 25: "4", 26: "0-3", 27: "4-6"}, "ff"),  # all released: every affinity as it was
+]
+
+
+def test_interrupts_leave_held_cpus_and_come_back_as_they_are_released(tmp_path):
+    isolate, root, _clock = isolation(tmp_path, {24: "0-7", 25: "4", 26: "0-3", 27: "4-6"})
+    for keep_off, expected, mask in STEPS:
+        report = isolate.apply(CPUSet.parse(keep_off))
+        assert {irq: affinity(root, irq) for irq in expected} == expected, keep_off
+        assert default_mask(root) == mask
+        assert report["kept_off"] == keep_off and report["interrupts"] == 4
+    assert isolate.record.load()["originals"] == {}  # nothing left to give back
+
+
+def test_only_what_changes_is_written_and_reported(tmp_path):
+    isolate, _root, _clock = isolation(tmp_path, {24: "0-7", 26: "0-3"})
+    report = isolate.apply(CPUSet.parse("5"))
+    assert report["updated"] == [{"irq": "24", "from": "0-7", "to": "0-4,6-7"},
+                                 {"irq": "default", "from": "0-7", "to": "0-4,6-7"}]
+
+
+def test_managed_interrupts_are_counted_not_errors(tmp_path):
+    isolate, root, _clock = isolation(tmp_path, {24: "0-7", 40: "4", 41: "5"}, managed=(40, 41))
+    report = isolate.apply(CPUSet.parse("4-7"))
+    assert report["refused"] == [40, 41]
+    assert (affinity(root, 40), affinity(root, 41), affinity(root, 24)) == ("4", "5", "0-3")
+    assert "40" not in isolate.record.load()["originals"]
+
+
+def test_check_mode_reports_and_writes_nothing(tmp_path):
+    isolate, root, _clock = isolation(tmp_path, {24: "0-7"})
+    report = isolate.apply(CPUSet.parse("4-7"), apply=False)
+    assert [u["to"] for u in report["updated"]] == ["0-3", "0-3"]
+    assert affinity(root, 24) == "0-7" and default_mask(root) == "ff"
+    assert not os.path.exists(tmp_path / "state.irq.json")
+
+
+def test_unchanged_sets_rescan_procfs_only_every_period(tmp_path):
+    isolate, root, clock = isolation(tmp_path, {24: "0-7"})
+    isolate.apply(CPUSet.parse("6-7"))
+    proc_irq(root, {50: "0-7"}, default="3f")  # a device added after the scan
+    assert isolate.apply(CPUSet.parse("6-7"))["updated"] == []  # not read again yet
+    assert affinity(root, 50) == "0-7"
+    clock.now += RESCAN_SECONDS
+    assert [u["irq"] for u in isolate.apply(CPUSet.parse("6-7"))["updated"]] == ["50"]
+    assert affinity(root, 50) == "0-5"
+
+
+def test_a_corrupt_record_is_reported_kept_and_nothing_moves(tmp_path):
+    isolate, root, _clock = isolation(tmp_path, {24: "0-7"})
+    (tmp_path / "state.irq.json").write_bytes(b'{"format": "kubecpu.irq/v1", "kept_off": "x"')
+    with pytest.raises(HousekeepingError, match=r"state\.irq\.json is unreadable.*kept as it is"):
+        isolate.apply(CPUSet.parse("4-7"))
+    assert (tmp_path / "state.irq.json").read_bytes() == b'{"format": "kubecpu.irq/v1", "kept_off": "x"'
+    assert affinity(root, 24) == "0-7"
+
+
+def test_irqbalance_is_told_once_per_change_and_never_restarted(tmp_path):
+    (tmp_path / "run").mkdir()
+    daemon = FakeIrqBalance(tmp_path / "run")
+    env = tmp_path / "env"
+    env.write_text("IRQBALANCE_ARGS=\n")
+    try:
+        isolate, _root, _clock = isolation(tmp_path, {24: "0-7"})
+        for keep_off in ("4-7", "4-7", "4-7", "6-7", ""):
+            report = isolate.apply(CPUSet.parse(keep_off))
+            assert report["irqbalance"] == "pid %d" % daemon.pid
+        balance = IrqBalance(str(tmp_path / "run"))
+        assert balance.banned(daemon.path) == CPUSet()
+        assert daemon.commands == ["settings cpus 4,5,6,7", "settings cpus 6,7", "settings cpus NULL", "setup"]
+        assert env.read_text() == "IRQBALANCE_ARGS=\n"
+    finally:
+        daemon.close()
+
+
+def test_a_failure_is_the_passs_error_not_the_passs_end(tmp_path):
+    root = proc_irq(tmp_path / "irq", {24: "0-7"})
+    record = str(tmp_path / "gone" / "r.json")  # its directory removed under the agent
+    isolate = IrqIsolation(ONLINE, record, IrqFS(root), IrqBalance(str(tmp_path / "run")))
+    plan = Plan(CPUState("static", ONLINE))
+    isolate_in_pass(isolate, plan, CPUSet.parse("4-7"), True)
+    assert plan.errors == [{"kind": "irq", "error": "cannot write %s: No such file or directory" % record}]
+    isolate_in_pass(None, plan, CPUSet.parse("4-7"), True)  # off: nothing to do
+    assert len(plan.errors) == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.frozensets(st.integers(0, 7), min_size=1), min_size=1, max_size=6),
+       st.lists(st.frozensets(st.integers(0, 7), max_size=7), min_size=1, max_size=5),
+       st.frozensets(st.integers(0, 5)))
+def test_no_movable_interrupt_stays_on_a_held_cpu_and_release_restores_all(tmp_path_factory, originals, sets,
+                                                                            managed):
+    tmp_path = tmp_path_factory.mktemp("irq")
+    irqs = {index: str(CPUSet(cpus)) for index, cpus in enumerate(originals)}
+    managed = {irq for irq in managed if irq in irqs}
+    isolate, root, clock = isolation(tmp_path, irqs, managed=managed)
+    for keep_off in sets:
+        held = CPUSet(keep_off)
+        report = isolate.apply(held)
+        for irq, had in irqs.items():
+            now, before = CPUSet.parse(affinity(root, irq)), CPUSet.parse(had)
+            assert now, irq
+            if irq in managed:
+                assert now == before
+                assert (irq in report["refused"]) == bool(now.intersection(held))
+            else:  # off the held CPUs; inside what it had, unless all of that is held
+                assert not now.intersection(held), (irq, now, held)
+                assert now.issubset(before) or not before.difference(held)
+        clock.now += RESCAN_SECONDS
+    isolate.apply(CPUSet())
+    assert {irq: affinity(root, irq) for irq in irqs} == irqs
+    assert default_mask(root) == "ff"
