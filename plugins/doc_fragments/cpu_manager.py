@@ -131,6 +131,7 @@ options:
     type: str
     choices: ["off", exclusive]
     default: "off"
+    version_added: 0.5.0
   topology_manager_policy:
     description:
       - The Topology Manager policy applied before exclusive CPUs are chosen, as the kubelet applies it. V(none)

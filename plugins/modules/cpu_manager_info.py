@@ -105,6 +105,23 @@ headroom:
   version_added: 0.4.0
   sample: {"free_cpus": 4, "free_whole_cores": 1, "largest_full_pcpus_only": 2, "largest_single_numa": 3,
            "largest_single_socket": 3, "largest_single_numa_whole_cores": 2}
+housekeeping:
+  description:
+    - What else may run on the exclusive CPUs (docs/HOUSEKEEPING.md).
+    - C(interrupts) (how many /proc/irq lists), C(interrupts_on_exclusive) (those whose C(smp_affinity_list) names an
+      exclusive CPU), C(interrupts_kept_off), C(interrupts_refused) (managed interrupts the kernel refused to move,
+      from the interrupt record), C(default_affinity).
+    - C(irqbalance) (null when none runs) with C(pid), C(banned) (what it says it bans) and C(agrees) (it bans every
+      exclusive CPU).
+    - C(daemons), the CPUs of C(system.slice), C(user.slice), C(init.scope) and C(kubepods.slice) (cgroup v2's
+      C(cpuset.cpus.effective)).
+  returned: always
+  type: dict
+  version_added: 0.5.0
+  sample: {"interrupts": 33, "interrupts_on_exclusive": [31, 32], "interrupts_kept_off": 31,
+           "interrupts_refused": [31, 32], "default_affinity": "0-1,4-7",
+           "irqbalance": {"pid": 840, "banned": "2-3", "agrees": true},
+           "daemons": {"system.slice": "0-1", "user.slice": "0-1", "init.scope": "0-1", "kubepods.slice": "0-7"}}
 assignments:
   description: Each exclusive assignment with C(pod_uid), C(container), C(cpus), C(numa_nodes), and from the
     runtime C(pod), C(container_id), C(running), C(cgroup_cpus), C(drift).

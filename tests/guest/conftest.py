@@ -122,6 +122,9 @@ class Pinner:
     def passes(self):
         return waits.metric(self.metrics, "kubecpu_reconcile_passes_total{")
 
+    def metric(self, name):
+        return waits.metric(self.metrics, name)
+
     def errors(self, kind):
         return waits.metric(self.metrics, "kubecpu_%s_errors_total" % kind)
 

@@ -6,12 +6,23 @@ healthy."""
 from __future__ import annotations
 
 import json
+import time
 
-from roles_support import (LAB, REMOTE, ROLLOUT, cpus, lab, playbook, settle,
+from roles_support import (AGENT_VARS, ALL, LAB, REMOTE, ROLLOUT, cpus, lab, playbook, settle,
                            state_entries)
 
 
 STANDIN = "%s/extensions/molecule/podman/files" % REMOTE
+KUBELET_VARS = {"kubecpu_manager": "kubelet", "kubelet_cpu_manager_policy": "static",
+                "kubelet_cpu_manager_reserved_cpus": "0-1", "kubelet_cpu_manager_runtime": "cri",
+                "kubelet_cpu_manager_runtime_endpoint": "unix://%s/containerd.sock" % LAB,
+                "kubelet_cpu_manager_runtime_timeout": 30,  # a guest vCPU is 25-30x slower
+                "kubelet_cpu_manager_health_timeout": 300, "kubelet_cpu_manager_health_settle": 10,
+                "kubecpu_serial": [1, "100%"]}
+DROPIN = "50-kubecpu-housekeeping.conf"
+# Each interrupt's affinity, and the kubelet's exclusive CPUs (its checkpoint), as the guest shows them
+IRQS = ("import json, os; print(json.dumps({n: open('/proc/irq/%s/smp_affinity_list' % n).read().strip() "
+        "for n in os.listdir('/proc/irq') if n.isdigit()}))")
 
 
 def test_the_kubelet_role_rewrites_the_checkpoint_of_pinned_pods_without_a_drain(guest, lab16, tmp_path):
@@ -40,13 +51,7 @@ def test_the_kubelet_role_rewrites_the_checkpoint_of_pinned_pods_without_a_drain
     guest.ssh(["sh", "-c", "cat > /var/lib/kubelet/config.yaml"], stdin=config)
     guest.ssh(["systemctl", "daemon-reload"])
     guest.ssh(["systemctl", "start", "kubelet.service"])
-    kubelet_vars = {"kubecpu_manager": "kubelet", "kubelet_cpu_manager_policy": "static",
-                    "kubelet_cpu_manager_reserved_cpus": "0-1", "kubelet_cpu_manager_runtime": "cri",
-                    "kubelet_cpu_manager_runtime_endpoint": "unix://%s/containerd.sock" % LAB,
-                    "kubelet_cpu_manager_runtime_timeout": 30,  # a guest vCPU is 25-30x slower
-                    "kubelet_cpu_manager_health_timeout": 300, "kubelet_cpu_manager_health_settle": 10,
-                    "kubecpu_serial": [1, "100%"]}
-    done = playbook(guest, tmp_path, ROLLOUT, group="kubelet_nodes", extra=kubelet_vars)
+    done = playbook(guest, tmp_path, ROLLOUT, group="kubelet_nodes", extra=KUBELET_VARS)
     assert "drain" not in [line.strip() for line in done.stdout.splitlines() if "TASK [" in line and "Drain" in line]
     after = state_entries(guest, "/var/lib/kubelet/cpu_manager_state")
     moved = [uid for uid in (one["uid"], two["uid"]) if after[uid] != before[uid]]
@@ -57,3 +62,61 @@ def test_the_kubelet_role_rewrites_the_checkpoint_of_pinned_pods_without_a_drain
     health = guest.ssh(["python3", "-c", "import urllib.request; print(urllib.request.urlopen("
                         "'http://127.0.0.1:10248/healthz').read().decode())"]).stdout.strip()
     assert health == "ok"
+
+
+def daemons(guest):
+    """What systemd and the kernel say of the daemons: system.slice's AllowedCPUs, journald's and sshd's allowed CPUs,
+    kubepods.slice's effective cpuset."""
+    show = guest.ssh(["systemctl", "show", "-p", "AllowedCPUs", "system.slice"]).stdout.strip()
+    allowed = {}
+    for unit in ("systemd-journald", "ssh"):
+        pid = guest.ssh(["systemctl", "show", "-p", "MainPID", "--value", unit]).stdout.strip()
+        status = guest.ssh(["grep", "Cpus_allowed_list", "/proc/%s/status" % pid]).stdout
+        allowed[unit] = cpus(status.split(":", 1)[1].strip())
+    pods = guest.ssh(["cat", "/sys/fs/cgroup/kubepods.slice/cpuset.cpus.effective"]).stdout.strip()
+    return show, allowed, cpus(pods)
+
+
+def test_housekeeping_beside_the_kubelet_daemons_and_interrupts(guest, lab16, tmp_path):
+    """On the kubelet node above (static, reserved 0-1, two pinned pods): the kubelet role confines the system
+    daemons to the reserved CPUs (check mode shows the drop-ins first), the agent role installs the housekeeper,
+    which keeps interrupts off the kubelet's exclusive CPUs, and housekeeping off takes the drop-ins out."""
+    on = dict(KUBELET_VARS, kubelet_cpu_manager_housekeeping=True)
+    before = daemons(guest)
+    print("before: %s" % (before,))
+    checked = playbook(guest, tmp_path, ROLLOUT, group="kubelet_nodes", extra=on, flags=["--check", "--diff"])
+    assert "system.slice.d/%s" % DROPIN in checked.stdout and "AllowedCPUs=0-1" in checked.stdout
+    assert guest.ssh(["test", "-e", "/etc/systemd/system/system.slice.d/%s" % DROPIN], check=False).returncode == 1
+    playbook(guest, tmp_path, ROLLOUT, group="kubelet_nodes", extra=on)
+    show, allowed, pods = daemons(guest)
+    print("after the role: %s, %s, kubepods.slice %s" % (show, allowed, sorted(pods)))
+    assert show == "AllowedCPUs=0-1" and all(cpu_set == {0, 1} for cpu_set in allowed.values())
+    assert pods == ALL  # the pods keep every CPU
+    assert guest.ssh(["systemctl", "is-active", "kubelet.service"]).stdout.strip() == "active"
+
+    housekeeper = dict(AGENT_VARS, cpu_manager_irq_isolation="exclusive")
+    playbook(guest, tmp_path, ROLLOUT, extra=housekeeper)
+    assert "housekeeping --loop" in guest.ssh(["systemctl", "cat", "kubecpu-agent.service"]).stdout
+    held = set().union(*(cpus(c) for entry in state_entries(guest, "/var/lib/kubelet/cpu_manager_state").values()
+                         for c in entry.values()))
+    assert held and not held & {0, 1}
+    deadline = time.monotonic() + 240
+    while True:
+        irqs = {int(n): cpus(c) for n, c in json.loads(guest.ssh(["python3", "-c", IRQS]).stdout).items()}
+        record = json.loads(guest.ssh(["cat", "/var/lib/kubecpu/cpu_manager_state.irq.json"], check=False).stdout
+                            or '{"refused": []}')
+        still = {n: sorted(c) for n, c in irqs.items() if c & held and n not in record["refused"]}
+        if not still and record.get("kept_off"):
+            break
+        assert time.monotonic() < deadline, "interrupts still on the kubelet's CPUs %s: %s" % (sorted(held), still)
+        time.sleep(2)
+    print("kubelet holds %s; interrupts %s; refused (managed) %s" % (
+        sorted(held), {n: sorted(c) for n, c in sorted(irqs.items())}, record["refused"]))
+    assert cpus(record["kept_off"]) == held
+
+    off = dict(KUBELET_VARS, kubelet_cpu_manager_housekeeping=False)
+    playbook(guest, tmp_path, ROLLOUT, group="kubelet_nodes", extra=off)
+    assert guest.ssh(["test", "-e", "/etc/systemd/system/system.slice.d/%s" % DROPIN], check=False).returncode == 1
+    show, allowed, _pods = daemons(guest)
+    print("housekeeping off: %s, %s" % (show, allowed))
+    assert show == before[0] and allowed == before[1]

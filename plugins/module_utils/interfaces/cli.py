@@ -25,13 +25,14 @@ from ..kubelet.policy import Policy, check_numa_nodes, plan
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology, parse_numa_distances
 from ..kubelet.topology_manager import TopologyManager, parse_policy_options, parse_providers
-from ..node.factory import build_manager, build_policy, check_cpus_known
+from ..node.factory import build_manager, build_policy, check_cpus_known, kubelet_housekeeping
 from ..node.manager import NodeManager
 from ..node.metrics import Metrics
 from ..node.state_store import StateStore
 from ..operations.checkpoint_file import CheckpointFile
 from ..operations.defrag import defrag_config
 from ..operations.demo import run_demo
+from ..runtime.cgroups import CgroupFS
 from ..runtime.watch import Waker, open_watch
 from ..services.agent import Agent, say
 from .cli_args import build_parser, feature_gates, node_config, run_command
@@ -190,6 +191,31 @@ def cmd_reconcile(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: Tex
     return 0
 
 
+def cmd_housekeeping(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
+    """Beside a kubelet that pins CPUs itself: its checkpoint read, interrupts kept off its exclusive CPUs."""
+    config = node_config(args)
+    if config.options.irq_isolation == "off":
+        raise UsageError("housekeeping has nothing to do with --irq-isolation off")
+    housekeeping = kubelet_housekeeping(config, load_topology(args, stdin))
+    if args.loop:
+        watch, why = (None, "") if args.no_watch else open_watch(CgroupFS(config.cgroup_root))
+        if why:
+            say(err, "warning", why)
+        try:
+            return Agent(housekeeping, args.period, err, args.metrics_path, wakers=[watch] if watch else []).run()
+        finally:
+            if watch is not None:
+                watch.close()
+    plan = housekeeping.reconcile(apply=not args.check)
+    doc = plan.to_dict()
+    if args.metrics_path:
+        metrics = Metrics()
+        metrics.record(doc, plan.seconds, housekeeping.topology, plan.after, CPUSet())
+        metrics.write(args.metrics_path)
+    _emit(out, doc)
+    return 0
+
+
 def _wakers(manager: NodeManager, err: TextIO) -> List[Waker]:
     """What can wake the agent before its period: container cgroups (inotify), and the CRI's container events where
     the runtime streams them."""
@@ -268,7 +294,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) 
 COMMANDS = {"topology": cmd_topology, "plan": cmd_plan, "hints": cmd_hints, "merge": cmd_merge,
             "allocate": cmd_allocate, "release": cmd_release,
             "state": cmd_state, "nri": cmd_nri, "hook": cmd_hook, "demo": cmd_demo, "reconcile": cmd_reconcile,
-            "defrag": cmd_defrag}
+            "defrag": cmd_defrag, "housekeeping": cmd_housekeeping}
 
 
 def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr,

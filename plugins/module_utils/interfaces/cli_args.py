@@ -174,6 +174,19 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="only report the plan: change nothing")
     _service_args(p, "pass", '"period": "1s"')
 
+    p = sub.add_parser("housekeeping", help="beside a kubelet that pins CPUs itself: keep device interrupts (and "
+                       "irqbalance) off the CPUs its checkpoint assigns exclusively (or --loop: as a service)")
+    _state_args(p)
+    _runtime_args(p)
+    p.set_defaults(irq_isolation="exclusive")
+    p.add_argument("--loop", action="store_true", help="a pass every --period (and when a container cgroup comes or "
+                   "goes) until SIGTERM")
+    p.add_argument("--period", type=_duration_arg, default=10.0, metavar="DURATION",
+                   help="time between passes with --loop (default 10s)")
+    p.add_argument("--no-watch", action="store_true", help="with --loop, pass every --period only")
+    p.add_argument("--check", action="store_true", help="only report what would change")
+    _service_args(p, "pass", '"kubelet_state": "/var/lib/kubelet/cpu_manager_state"')
+
     p = sub.add_parser("defrag", help="move pinned containers so that larger whole-core requests fit again")
     _state_args(p)
     _runtime_args(p)

@@ -22,6 +22,7 @@ from ..runtime.cgroups import CgroupFS
 from ..runtime.container_cache import ContainerCache
 from ..runtime.model import Runtime
 from .config import NodeConfig
+from .housekeeping import KubeletHousekeeping, irq_isolation
 from .manager import NodeManager
 from .state_paths import KUBELET_PATH
 from .state_store import StateStore
@@ -111,3 +112,16 @@ def build_manager(config: NodeConfig, with_runtime: bool = False, topology: Opti
         runtime = build_runtime(config)
     return NodeManager(topo, policy, store, runtime, cgroups=CgroupFS(config.cgroup_root), cache=cache,
                        options=config.options if with_runtime else None)
+
+
+def kubelet_housekeeping(config: NodeConfig, topology: Optional[Topology] = None) -> KubeletHousekeeping:
+    """Interrupt isolation beside a kubelet that pins CPUs itself: its checkpoint (``kubelet_state_path``, read in
+    the format of ``kubelet_version``) read-only, kubecpu's state file (``state_path``) for the lock and the record."""
+    topo = topology or load_topology(config)
+    checkpoint = StateStore(config.kubelet_state_path, recorded_policy(config.kubelet_state_path) or STATIC,
+                            read_only=True, kubelet=config.kubelet)
+    own = StateStore(config.state_path, STATIC)
+    isolation = irq_isolation(config.options.irq_isolation, topo.all_cpus, own.path)
+    if isolation is None:
+        raise SafetyError("housekeeping beside the kubelet needs irq_isolation exclusive")
+    return KubeletHousekeeping(topo, checkpoint, own, isolation)

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, NamedTuple, Optional
 
 from ..atomic import atomic_write
 from ..errors import CPUSetError, HousekeepingError
 from ..kubelet.cpuset import CPUSet
+from ..kubelet.state import CPUState
+from ..kubelet.topology import Topology
 from ..runtime.irq import IrqFS
 from ..runtime.irqbalance import IrqBalance
 from .plan import Plan
+from .state_store import StateStore
 
 RECORD_SUFFIX = ".irq.json"
 FORMAT = "kubecpu.irq/v1"
@@ -93,6 +96,7 @@ class IrqIsolation:
         """Interrupt affinities (and irqbalance) around ``keep_off``; what changed, or would with ``apply`` False."""
         keep_off = keep_off.intersection(self.online)
         record = self.record.load()
+        loaded = json.dumps(record, sort_keys=True)
         before = CPUSet.parse(record["kept_off"])
         report: Dict[str, Any] = {"kept_off": str(keep_off), "updated": [], "refused": record["refused"]}
         due = self.scanned is None or self.clock() - self.scanned >= RESCAN_SECONDS
@@ -100,7 +104,7 @@ class IrqIsolation:
             self._scan(record, keep_off, keep_off != before, report, apply)
         record["kept_off"] = str(keep_off)
         self._tell_irqbalance(record, keep_off, report, apply)
-        if apply:
+        if apply and json.dumps(record, sort_keys=True) != loaded:
             self.record.save(record)
         return report
 
@@ -182,3 +186,39 @@ def irq_isolation(mode: str, online: CPUSet, state_path: Optional[str]) -> Optio
     if mode == "off":
         return None
     return IrqIsolation(online, None if state_path is None else record_path(state_path))
+
+
+class CheckpointPolicy(NamedTuple):
+    """What the agent's log and metrics say of a kubelet that pins itself."""
+
+    name: str
+    reserved: CPUSet
+
+
+class KubeletHousekeeping:
+    """Beside a kubelet that pins CPUs itself: a pass reads its checkpoint (never writes it) and keeps interrupts off
+    the CPUs it assigned exclusively. The agent loop runs these passes as it runs a ``NodeManager``'s."""
+
+    runtime = None
+
+    def __init__(self, topology: Topology, checkpoint: StateStore, lock: StateStore, isolation: IrqIsolation) -> None:
+        """``checkpoint``: the kubelet's, read-only; ``lock``: kubecpu's own state file, whose lock the pass holds
+        (the interrupt record lies beside it)."""
+        self.topology = topology
+        self.store = checkpoint
+        self.lock = lock
+        self.isolation = isolation
+        self.policy = CheckpointPolicy(checkpoint.policy_name, CPUSet())
+
+    def reconcile(self, apply: bool = True) -> Plan:
+        started = time.monotonic()
+        with self.lock.locked():
+            state = self.store.load() or CPUState(self.store.policy_name, self.topology.all_cpus)
+            plan = Plan(state)
+            isolate_in_pass(self.isolation, plan, state.assigned(), apply)
+        plan.applied = apply
+        plan.seconds = time.monotonic() - started
+        return plan
+
+    def close(self) -> None:
+        """Nothing to close: no runtime."""

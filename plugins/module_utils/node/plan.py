@@ -50,7 +50,7 @@ class Plan:
 
     @property
     def changed(self) -> bool:
-        return self.before != self.after or bool(self.actions)
+        return self.before != self.after or bool(self.actions) or bool(self.housekeeping.get("updated"))
 
     def error(self, container: Optional[ListedContainer], message: str, kind: str = "error") -> None:
         entry = {"error": message, "kind": kind}

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from ..errors import ContainerRuntimeError
+from ..errors import ContainerRuntimeError, HousekeepingError
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology
 from ..node.manager import NodeManager
+from ..node.housekeeping import IrqRecord, record_path
 from ..node.plan import Plan
 from ..node.pod_views import build_views
+from ..runtime.irq import IrqFS
+from ..runtime.irqbalance import IrqBalance
 from ..runtime.model import RUNNING
 from .defrag import headroom
 
@@ -57,7 +60,44 @@ def node_info(manager: NodeManager, state: CPUState, use_runtime: bool = True) -
     pod_level = [{"pod": None, "pod_uid": uid, "container": "(pod-level)", "cpus": str(cpus)}
                  for uid, cpus in sorted(state.pod_entries.items())]
     info["cpus"] = cpu_map(manager.topology, manager.policy.reserved, pod_level + info["assignments"])
+    info["housekeeping"] = housekeeping_info(CPUSet.parse(info["exclusive_cpus"]), manager.cgroups.root,
+                                             None if manager.store.read_only else record_path(manager.store.path))
     return info
+
+
+DAEMON_CGROUPS = ("system.slice", "user.slice", "init.scope", "kubepods.slice", "kubepods")
+
+
+def housekeeping_info(exclusive: CPUSet, cgroup_root: str, record: Optional[str], irqs: Optional[IrqFS] = None,
+                      irqbalance: Optional[IrqBalance] = None) -> Dict[str, Any]:
+    """What else may run on the exclusive CPUs (docs/HOUSEKEEPING.md): the interrupts whose affinity names one (and
+    those the kernel refused to move, from the record), whether a running irqbalance bans them, and the CPUs the
+    daemons' cgroups may use (cgroup v2's ``cpuset.cpus.effective``)."""
+    irqs, irqbalance = irqs or IrqFS(), irqbalance or IrqBalance()
+    table = {irq: irqs.affinity(irq) for irq in irqs.irqs()}
+    on = sorted(irq for irq, cpus in table.items() if cpus is not None and cpus.intersection(exclusive))
+    doc: Dict[str, Any] = {"interrupts": len(table), "interrupts_on_exclusive": on,
+                           "interrupts_kept_off": len(table) - len(on), "interrupts_refused": [],
+                           "default_affinity": str(irqs.default_affinity() or ""), "irqbalance": None, "daemons": {}}
+    try:
+        doc["interrupts_refused"] = IrqRecord(record).load()["refused"] if record else []
+    except HousekeepingError as exc:
+        doc["interrupts_refused"] = str(exc)
+    daemon = irqbalance.running()
+    if daemon is not None:
+        try:
+            banned = irqbalance.banned(daemon[1])
+            doc["irqbalance"] = {"pid": daemon[0], "banned": None if banned is None else str(banned),
+                                 "agrees": banned is not None and exclusive.issubset(banned)}
+        except HousekeepingError as exc:
+            doc["irqbalance"] = {"pid": daemon[0], "banned": None, "agrees": False, "error": str(exc)}
+    for name in DAEMON_CGROUPS:
+        try:
+            with open("%s/%s/cpuset.cpus.effective" % (cgroup_root, name), encoding="ascii") as handle:
+                doc["daemons"][name] = handle.read(4096).strip()
+        except OSError:
+            continue
+    return doc
 
 
 def _joined(manager: NodeManager, state: CPUState, use_runtime: bool) -> Dict[str, Any]:

@@ -19,12 +19,14 @@ import re
 import select
 import signal
 import time
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Protocol, Sequence, TextIO, Tuple
 
 from ..errors import ContainerRuntimeError, KubecpuError, RuntimeUnavailableError
 from ..kubelet.cpuset import CPUSet
-from ..node.manager import NodeManager
+from ..kubelet.topology import Topology
 from ..node.metrics import Metrics
+from ..node.plan import Plan
+from ..node.state_store import StateStore
 from ..runtime.watch import Waker
 
 FOLLOW = 0.02  # seconds between passes while a watched container is created but not running yet
@@ -34,6 +36,29 @@ FOLLOW_WINDOW = 2.0
 DEBOUNCE = 0.005  # seconds to let a burst of cgroup events settle before the pass
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class _Policy(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def reserved(self) -> CPUSet: ...
+
+
+class Passes(Protocol):
+    """What the loop runs: a ``NodeManager`` (the agent), or ``KubeletHousekeeping`` beside a kubelet that pins."""
+
+    runtime: Any
+    store: StateStore
+    topology: Topology
+
+    @property
+    def policy(self) -> _Policy: ...
+
+    def reconcile(self, apply: bool = True) -> Plan: ...
+
+    def close(self) -> None: ...
 
 
 def parse_duration(text: str) -> float:
@@ -51,7 +76,7 @@ def parse_duration(text: str) -> float:
 
 
 class Agent:
-    def __init__(self, manager: NodeManager, period: float, log: TextIO, metrics_path: Optional[str] = None, *,
+    def __init__(self, manager: Passes, period: float, log: TextIO, metrics_path: Optional[str] = None, *,
                  max_backoff: float = 30.0, max_passes: Optional[int] = None,
                  clock: Callable[[], float] = time.monotonic,
                  wait: Optional[Callable[[List[int], float], Optional[List[int]]]] = None,
