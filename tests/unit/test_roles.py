@@ -26,8 +26,9 @@ REQUIRED = {
 }
 
 
-# Variables an issue named outside the role's prefix (issue 25: fail closed), kept as named: a stable interface.
-UNPREFIXED = {"cpu_manager_agent": {"cpu_manager_fail_closed"}}
+# Variables an issue named outside the role's prefix (issue 25: fail closed, issue 26: interrupt isolation), kept as
+# named: a stable interface.
+UNPREFIXED = {"cpu_manager_agent": {"cpu_manager_fail_closed", "cpu_manager_irq_isolation"}}
 
 
 def load(role, *parts):

@@ -145,7 +145,7 @@ def _start(policy: Policy, state: CPUState, store: StateStore) -> None:
 def _manager(args: argparse.Namespace, topo: Topology) -> NodeManager:
     config = node_config(args)
     policy = _policy_for(args, topo)
-    return NodeManager(topo, policy, _store(args, policy.name), options=config.options)
+    return NodeManager(topo, policy, _store(args, policy.name), options=config.options, sysfs_root=config.sysfs_root)
 
 
 def cmd_allocate(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:

@@ -57,7 +57,8 @@ def _count_arg(text: str) -> int:
 def _topology_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--topology", metavar="FILE", help="topology JSON (kubecpu.topology/v1); - reads stdin")
-    group.add_argument("--sysfs-root", metavar="DIR", help="discover from sysfs below DIR (default /)")
+    group.add_argument("--sysfs-root", metavar="DIR", help="discover from sysfs below DIR (default /); /proc/irq "
+                       "is read below it too")
 
 
 def _policy_args(parser: argparse.ArgumentParser) -> None:

@@ -111,7 +111,7 @@ def build_manager(config: NodeConfig, with_runtime: bool = False, topology: Opti
     if with_runtime and runtime is None:
         runtime = build_runtime(config)
     return NodeManager(topo, policy, store, runtime, cgroups=CgroupFS(config.cgroup_root), cache=cache,
-                       options=config.options if with_runtime else None)
+                       options=config.options if with_runtime else None, sysfs_root=config.sysfs_root)
 
 
 def kubelet_housekeeping(config: NodeConfig, topology: Optional[Topology] = None) -> KubeletHousekeeping:
@@ -121,7 +121,7 @@ def kubelet_housekeeping(config: NodeConfig, topology: Optional[Topology] = None
     checkpoint = StateStore(config.kubelet_state_path, recorded_policy(config.kubelet_state_path) or STATIC,
                             read_only=True, kubelet=config.kubelet)
     own = StateStore(config.state_path, STATIC)
-    isolation = irq_isolation(config.options.irq_isolation, topo.all_cpus, own.path)
+    isolation = irq_isolation(config.options.irq_isolation, topo.all_cpus, own.path, config.sysfs_root)
     if isolation is None:
         raise SafetyError("housekeeping beside the kubelet needs irq_isolation exclusive")
     return KubeletHousekeeping(topo, checkpoint, own, isolation)

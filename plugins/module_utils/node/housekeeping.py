@@ -16,8 +16,9 @@ affinity someone moved back): one pass of the NRI plugin per container stays che
 from __future__ import annotations
 
 import json
+import os
 import time
-from typing import Any, Callable, Dict, NamedTuple, Optional
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 from ..atomic import atomic_write
 from ..errors import CPUSetError, HousekeepingError
@@ -181,11 +182,21 @@ def record_path(state_path: str) -> str:
     return state_path + RECORD_SUFFIX
 
 
-def irq_isolation(mode: str, online: CPUSet, state_path: Optional[str]) -> Optional[IrqIsolation]:
-    """The isolation a node's ``irq_isolation`` setting asks for (None when off)."""
+def irq_isolation(mode: str, online: CPUSet, state_path: Optional[str],
+                  root: Optional[str] = None) -> Optional[IrqIsolation]:
+    """The isolation a node's ``irq_isolation`` setting asks for (None when off); ``root``: where the machine's
+    kernel interfaces and files are (``sysfs_root``: /proc/irq, /run/irqbalance, /etc/default/irqbalance below it)."""
     if mode == "off":
         return None
-    return IrqIsolation(online, None if state_path is None else record_path(state_path))
+    return IrqIsolation(online, None if state_path is None else record_path(state_path), *machine_files(root))
+
+
+def machine_files(root: Optional[str] = None) -> Tuple[IrqFS, IrqBalance]:
+    """/proc/irq and irqbalance below ``root`` (default /)."""
+    base = root or "/"
+    return IrqFS(os.path.join(base, "proc", "irq")), IrqBalance(
+        os.path.join(base, "run", "irqbalance"), os.path.join(base, "etc", "default", "irqbalance"),
+        proc=os.path.join(base, "proc"))
 
 
 class CheckpointPolicy(NamedTuple):

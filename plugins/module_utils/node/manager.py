@@ -38,7 +38,7 @@ class NodeManager:
 
     def __init__(self, topology: Topology, policy: Policy, store: StateStore, runtime: Optional[Runtime] = None, *,
                  cgroups: Optional[CgroupFS] = None, cache: Optional[ContainerCache] = None,
-                 options: Optional[ManagerOptions] = None) -> None:
+                 options: Optional[ManagerOptions] = None, sysfs_root: Optional[str] = None) -> None:
         options = options or ManagerOptions()
         if options.isolated_cpus == "only" and not topology.isolated:
             raise SafetyError("isolated_cpus is only, but this node has no isolated CPUs "
@@ -53,7 +53,9 @@ class NodeManager:
         self.topology_admission = Admission(topology, options.topology_manager_policy,
                                             options.topology_manager_scope, options.topology_manager_options)
         self.cgroup_targets = CgroupTargets(topology, cgroups or CgroupFS(), options, HookMarks.beside(store))
-        self.irq = irq_isolation(options.irq_isolation, topology.all_cpus, None if store.read_only else store.path)
+        self.sysfs_root = sysfs_root  # the machine's files below it: /proc/irq for the interrupts
+        self.irq = irq_isolation(options.irq_isolation, topology.all_cpus, None if store.read_only else store.path,
+                                 sysfs_root)
 
     cgroups = property(lambda self: self.cgroup_targets.cgroups)
 

@@ -11,7 +11,7 @@ from ..kubelet.cpuset import CPUSet
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology
 from ..node.manager import NodeManager
-from ..node.housekeeping import IrqRecord, record_path
+from ..node.housekeeping import IrqRecord, machine_files, record_path
 from ..node.plan import Plan
 from ..node.pod_views import build_views
 from ..runtime.irq import IrqFS
@@ -61,7 +61,8 @@ def node_info(manager: NodeManager, state: CPUState, use_runtime: bool = True) -
                  for uid, cpus in sorted(state.pod_entries.items())]
     info["cpus"] = cpu_map(manager.topology, manager.policy.reserved, pod_level + info["assignments"])
     info["housekeeping"] = housekeeping_info(CPUSet.parse(info["exclusive_cpus"]), manager.cgroups.root,
-                                             None if manager.store.read_only else record_path(manager.store.path))
+                                             None if manager.store.read_only else record_path(manager.store.path),
+                                             *machine_files(manager.sysfs_root))
     return info
 
 

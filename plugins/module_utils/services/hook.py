@@ -135,7 +135,8 @@ class Hook:
         policy = build_policy(topology, config.policy, config.reserved_cpus, config.num_reserved,
                               config.policy_options, kubelet_minor=config.kubelet.minor)
         check_reservation(policy)
-        manager = NodeManager(topology, policy, self.store, None, cgroups=self.cgroups, options=config.options)
+        manager = NodeManager(topology, policy, self.store, None, cgroups=self.cgroups, options=config.options,
+                              sysfs_root=config.sysfs_root)
         try:
             plan = manager.allocate_pod(lone_pod(hooked.info), hooked.name)
         except AllocationError as exc:

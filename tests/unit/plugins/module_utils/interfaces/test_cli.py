@@ -17,6 +17,8 @@ from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl impo
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_sysfs import build, machine
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import (ROOT, cases, fixture,
                                                                                       fixture_as_document, ids)
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.checkpoints import checkpoint_file
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.proc_irq import affinity, proc_irq
 
 KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
 OPTION_FLAGS = {"prefer_align_by_uncore_cache": "prefer-align-cpus-by-uncorecache",
@@ -411,3 +413,28 @@ def test_plan_chooses_as_the_kubelet_version_does(tmp_path):
             "distribute-cpus-across-cores"]
     assert json.loads(run(argv)[1]) == json.loads(run(argv + ["--kubelet-version", "1.37"])[1]) == {"cpus": "0-2"}
     assert json.loads(run(argv + ["--kubelet-version", "1.38.0"])[1]) == {"cpus": "0,2,4"}  # round robin over cores
+
+
+def test_housekeeping_beside_a_kubelet_that_pins_follows_its_checkpoint(tmp_path):
+    """``housekeeping``: the kubelet's checkpoint read (never written), interrupts below --sysfs-root kept off its
+    exclusive CPUs; --check reports only; with --irq-isolation off there is nothing to do (exit 2)."""
+    root = build(str(tmp_path / "machine"), machine(2, 2, 2))
+    irq = proc_irq(os.path.join(root, "proc", "irq"), {24: "0-7", 30: "6"})
+    kubelet = tmp_path / "cpu_manager_state"
+    kubelet.write_bytes(checkpoint_file("0-5", {"pod-a": {"app": "6-7"}}))
+    written = kubelet.read_bytes()
+    argv = ["housekeeping", "--sysfs-root", root, "--kubelet-state", str(kubelet), "--state", str(tmp_path / "own")]
+    code, out, _err = run(argv + ["--check"])
+    doc = json.loads(out)
+    assert code == 0 and doc["housekeeping"]["kept_off"] == "6-7" and doc["applied"] is False
+    assert affinity(irq, 24) == "0-7" and not os.path.exists(tmp_path / "own.irq.json")
+    code, out, _err = run(argv)
+    doc = json.loads(out)
+    assert code == 0 and doc["changed"] and [u["irq"] for u in doc["housekeeping"]["updated"]] == ["24", "30", "default"]
+    assert (affinity(irq, 24), affinity(irq, 30)) == ("0-5", "0-5")
+    assert doc["housekeeping"]["irqbalance"] == "not running"
+    assert kubelet.read_bytes() == written  # the kubelet's file is never written
+    kubelet.write_bytes(checkpoint_file("0-7", {}))
+    assert run(argv)[0] == 0 and (affinity(irq, 24), affinity(irq, 30)) == ("0-7", "6")
+    code, _out, err = run(argv + ["--irq-isolation", "off"])
+    assert code == 2 and "nothing to do" in err

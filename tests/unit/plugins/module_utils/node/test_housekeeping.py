@@ -17,6 +17,14 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.irq im
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.irqbalance import IrqBalance
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.proc_irq import (FakeIrqBalance, ManagedIrqFS,
                                                                                    affinity, proc_irq)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import ManagerOptions
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.manager import NodeManager
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroups import CgroupFS
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_runtime import FakeRuntime
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated_cpus
 
 ONLINE = CPUSet.parse("0-7")
 
@@ -157,3 +165,23 @@ def test_no_movable_interrupt_stays_on_a_held_cpu_and_release_restores_all(tmp_p
     isolate.apply(CPUSet())
     assert {irq: affinity(root, irq) for irq in irqs} == irqs
     assert default_mask(root) == "ff"
+
+
+def test_a_pass_of_the_manager_moves_interrupts_off_what_it_pins_and_check_mode_only_reports(tmp_path):
+    root = proc_irq(tmp_path / "machine" / "proc" / "irq", {24: "0-7", 25: "5"})
+    topo = Topology(generated_cpus(2, 2, 2))
+    runtime = FakeRuntime(str(tmp_path / "cgroup"), "0-7", "0-1")
+    manager = NodeManager(topo, new_policy("static", topo, 1), StateStore(str(tmp_path / "state"), "static"), runtime,
+                          cgroups=CgroupFS(str(tmp_path / "cgroup")), options=ManagerOptions(irq_isolation="exclusive"),
+                          sysfs_root=str(tmp_path / "machine"))
+    runtime.add("pod-g", "app", "Guaranteed", 2000)
+    preview = manager.reconcile(apply=False)
+    assert preview.to_dict()["housekeeping"]["kept_off"] == "1,5" and affinity(root, 24) == "0-7"
+    plan = manager.reconcile()
+    assert plan.to_dict()["housekeeping"]["updated"] == [{"irq": "24", "from": "0-7", "to": "0,2-4,6-7"},
+                                                         {"irq": "25", "from": "5", "to": "0,2-4,6-7"},
+                                                         {"irq": "default", "from": "0-7", "to": "0,2-4,6-7"}]
+    assert manager.reconcile().changed is False  # nothing more to move
+    runtime.remove_pod("pod-g")
+    released = manager.reconcile()
+    assert released.changed and (affinity(root, 24), affinity(root, 25)) == ("0-7", "5")

@@ -17,6 +17,10 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroup
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.container_cache import ContainerCache
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_runtime import FakeRuntime
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated_cpus
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.info import housekeeping_info
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.irq import IrqFS
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.irqbalance import IrqBalance
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.proc_irq import FakeIrqBalance, proc_irq
 
 TOPO = Topology(generated_cpus(2, 2, 2))
 
@@ -78,3 +82,27 @@ def test_without_the_runtime_the_state_alone_and_a_down_runtime_is_a_warning(tmp
     down = node_info(manager, manager.read_state())
     assert down["runtime"] is None and down["warnings"][0].startswith("runtime not queried: ")
     assert down["assignments"][0]["cpus"] == "1,5"
+
+
+def test_housekeeping_shows_interrupts_on_exclusive_cpus_irqbalance_and_the_daemons(tmp_path):
+    irqs = IrqFS(proc_irq(tmp_path / "irq", {24: "0-3", 25: "6", 26: "4-5"}, default="3f"))
+    (tmp_path / "state.irq.json").write_text('{"format":"kubecpu.irq/v1","kept_off":"6-7","originals":{},'
+                                             '"banned":"6-7","refused":[25]}')
+    for name, cpus in (("system.slice", "0-1"), ("kubepods.slice", "0-7")):
+        (tmp_path / "cg" / name).mkdir(parents=True)
+        (tmp_path / "cg" / name / "cpuset.cpus.effective").write_text(cpus + "\n")
+    (tmp_path / "run").mkdir()
+    daemon = FakeIrqBalance(tmp_path / "run")
+    try:
+        balance = IrqBalance(str(tmp_path / "run"))
+        balance.ban(daemon.path, CPUSet.parse("6"))  # it bans less than is held
+        doc = housekeeping_info(CPUSet.parse("6-7"), str(tmp_path / "cg"), str(tmp_path / "state.irq.json"), irqs,
+                                balance)
+    finally:
+        daemon.close()
+    assert doc == {"interrupts": 3, "interrupts_on_exclusive": [25], "interrupts_kept_off": 2,
+                   "interrupts_refused": [25], "default_affinity": "0-5",
+                   "irqbalance": {"pid": daemon.pid, "banned": "6", "agrees": False},
+                   "daemons": {"system.slice": "0-1", "kubepods.slice": "0-7"}}
+    assert housekeeping_info(CPUSet(), str(tmp_path / "none"), None, irqs, IrqBalance(str(tmp_path / "x")))[
+        "irqbalance"] is None

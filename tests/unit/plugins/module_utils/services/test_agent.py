@@ -17,6 +17,11 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topolo
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.plan import Plan
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.agent import Agent, parse_duration
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated_cpus
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import NodeConfig
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.factory import kubelet_housekeeping
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.checkpoints import checkpoint_file
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_sysfs import build, machine
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.proc_irq import affinity, proc_irq
 
 
 @pytest.mark.parametrize("text, seconds", [("10s", 10.0), ("500ms", 0.5), ("1m30s", 90.0), ("2", 2.0), (".5", 0.5),
@@ -255,3 +260,21 @@ def test_any_failure_of_a_pass_is_a_log_line_and_a_metric_never_the_agents_end(t
     text = (tmp_path / "kubecpu.prom").read_text()
     assert 'kubecpu_peer_errors_total{kind="pass",peer="fake"} 3' in text
     assert 'kubecpu_reconcile_passes_total{result="success"} 1' in text
+
+
+def test_the_loop_runs_the_housekeeper_beside_a_kubelet_that_pins(tmp_path):
+    """The same loop, metrics and confinement around ``KubeletHousekeeping``: the kubelet's checkpoint read each pass."""
+    root = build(str(tmp_path / "machine"), machine(2, 2, 2))
+    irq = proc_irq(os.path.join(root, "proc", "irq"), {24: "0-7"})
+    (tmp_path / "kubelet").write_bytes(checkpoint_file("0-5", {"pod-a": {"app": "6-7"}}))
+    config = NodeConfig.from_mapping({"sysfs_root": root, "kubelet_state_path": str(tmp_path / "kubelet"),
+                                      "state_path": str(tmp_path / "own"), "irq_isolation": "exclusive"})
+    loop, log = agent(kubelet_housekeeping(config), Clock(), tmp_path, max_passes=2)
+    assert loop.run() == 0
+    assert affinity(irq, 24) == "0-5"
+    started = events(log)[0]
+    assert started["policy"] == "static" and started["runtime"] == "?"
+    with open(tmp_path / "kubecpu.prom", encoding="utf-8") as handle:
+        text = handle.read()
+    assert "kubecpu_irq_affinity_updates_total 2\n" in text and "kubecpu_irq_affinity_refused 0\n" in text
+    assert 'kubecpu_reconcile_passes_total{result="success"} 2\n' in text
