@@ -132,6 +132,15 @@ options:
     choices: ["off", exclusive]
     default: "off"
     version_added: 0.5.0
+  besteffort_idle:
+    description:
+      - Beyond the kubelet. Write C(cpu.idle=1) into the BestEffort QoS cgroup, each BestEffort pod's and each
+        running BestEffort container's cgroup (cgroup v2, kernel 5.15 or newer; elsewhere nothing is written), so
+        that BestEffort work only takes CPU time nobody else wants (what the kubelet proposal KEP-5889 asks for).
+        Turning it off later does not write C(cpu.idle=0) back.
+    type: bool
+    default: false
+    version_added: 0.5.0
   topology_manager_policy:
     description:
       - The Topology Manager policy applied before exclusive CPUs are chosen, as the kubelet applies it. V(none)

@@ -102,11 +102,28 @@ def fixture_lab17():
         yield lab
 
 
+def idle_levels(lab, cid):
+    """``cpu.idle`` of a container's cgroup, its pod's and its QoS cgroup's (cgroup v2)."""
+    container = lab.cgroup_dir(cid, "cpu")
+    levels = (os.path.dirname(os.path.dirname(container)), os.path.dirname(container), container)
+    values = []
+    for path in levels:
+        with open(os.path.join(path, "cpu.idle"), encoding="ascii") as handle:
+            values.append(handle.read().strip())
+    return values
+
+
 def test_the_agent_moves_interrupts_off_a_pinned_container_and_back(tmp_path, lab16, irqbalance_stopped):
+    """And with --besteffort-idle, a BestEffort container, its pod and the BestEffort QoS cgroup get cpu.idle = 1."""
     before, default_before = affinities(), default_affinity()
-    agent = Pinner(lab16, str(tmp_path / "agent"), "agent", ["--reserved-cpus", "0", "--irq-isolation", "exclusive"])
+    agent = Pinner(lab16, str(tmp_path / "agent"), "agent", ["--reserved-cpus", "0", "--irq-isolation", "exclusive",
+                                                             "--besteffort-idle"])
     agent.start()
+    batch = lab16.run_pod("batch", "BestEffort", [{"name": "app", "cpu": None}])
     try:
+        cid = batch["containers"]["app"]
+        wait_for(lambda: idle_levels(lab16, cid) == ["1", "1", "1"], 120, "cpu.idle of the BestEffort cgroups")
+        print("BestEffort cpu.idle (QoS, pod, container): %s" % idle_levels(lab16, cid))
         pod = lab16.run_pod("quiet", "Guaranteed", guaranteed(2))
         wait_for(lambda: pod["uid"] in agent.entries(), 180, "the pod in the state")
         held = settle(lab16, pod, cpus(agent.entries()[pod["uid"]]["app"]))
@@ -146,6 +163,7 @@ def test_the_agent_moves_interrupts_off_a_pinned_container_and_back(tmp_path, la
         assert default_affinity() == default_before
         print("after release: every smp_affinity_list and the default as before")
     finally:
+        lab16.remove_pod(batch)
         agent.stop()
 
 

@@ -276,6 +276,9 @@ def _runtime_args(parser: argparse.ArgumentParser) -> None:
                         help="set cpuset.mems of pinned containers to the NUMA nodes of their CPUs")
     parser.add_argument("--cpu-quota", choices=QUOTA_MODES, default="keep",
                         help="unlimited: no CFS quota for exclusively pinned containers and their pods")
+    parser.add_argument("--besteffort-idle", action="store_true",
+                        help="cpu.idle = 1 for BestEffort containers, their pods and QoS cgroup (cgroup v2, kernel "
+                        "5.15 or newer): they only take what nobody else wants")
     parser.add_argument("--irq-isolation", choices=IRQ_MODES, default="off",
                         help="exclusive: keep device interrupts (and irqbalance) off the CPUs held exclusively")
     _topology_manager_args(parser)

@@ -39,6 +39,7 @@ class _ManagerOptions(NamedTuple):
     topology_manager_scope: str = "container"
     topology_manager_options: Optional[Mapping[str, str]] = None
     irq_isolation: str = "off"  # off | exclusive: device interrupts kept off the CPUs held exclusively
+    besteffort_idle: bool = False  # cpu.idle = 1 for BestEffort containers, their pods and QoS cgroup (cgroup v2)
 
 
 class ManagerOptions(_ManagerOptions):
@@ -54,8 +55,9 @@ class ManagerOptions(_ManagerOptions):
         choice(self.topology_manager_policy, "topology_manager_policy", TM_POLICIES)
         choice(self.topology_manager_scope, "topology_manager_scope", TM_SCOPES)
         choice(self.irq_isolation, "irq_isolation", IRQ_MODES)
-        if not isinstance(self.align_memory, bool):
-            raise ConfigError("align_memory must be a boolean, got %r" % (self.align_memory,))
+        for name in ("align_memory", "besteffort_idle"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError("%s must be a boolean, got %r" % (name, getattr(self, name)))
         options = option_map(self.topology_manager_options, "topology_manager_policy_options")
         return self._replace(topology_manager_options=options)
 

@@ -61,7 +61,7 @@ class Plan:
     def to_dict(self, states: bool = True) -> Dict[str, Any]:
         """Everything, or without the states before and after (``states=False``: what a log line and metrics need)."""
         counts = dict(self.counts)
-        for action in ("allocate", "resize", "update", "release", "quota"):
+        for action in ("allocate", "resize", "update", "release", "quota", "idle"):
             counts[action] = sum(1 for a in self.actions if a.action == action)
         counts["errors"] = len(self.errors)
         doc = {"changed": self.changed, "actions": [a.to_dict() for a in self.actions], "errors": self.errors,

@@ -5,11 +5,12 @@ should have, compared with what cgroupfs shows, and the updates carried out in a
 
 from __future__ import annotations
 
+import os
 from typing import AbstractSet, Dict, FrozenSet, List, Optional, Sequence, Set
 
 from ..errors import ContainerNotFoundError, ContainerRuntimeError, StoreError
 from ..kubelet.cpuset import CPUSet
-from ..kubelet.qos import GUARANTEED
+from ..kubelet.qos import BEST_EFFORT, GUARANTEED
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology
 from ..runtime.cgroups import CgroupFS
@@ -111,13 +112,15 @@ class CgroupTargets:
                                        info.cgroup_path))
         if plan.followers:
             plan.counts["followers"] = len(plan.followers)
+        if self.options.besteffort_idle:
+            _idle(plan, pairs, self.cgroups)
         if self.options.cpu_quota == "unlimited":
             _pod_quotas(plan, pairs, {uid: exclusive for uid, exclusive in pods_exclusive.items()
                                       if scope is None or uid in scope}, self.cgroups)
 
     def apply(self, plan: Plan, runtime: Runtime) -> None:
         """Shrink first (shared containers leaving CPUs that became exclusive), pin last; pod quotas first."""
-        order = {"quota": 0, "update": 1}
+        order = {"quota": 0, "idle": 0, "update": 1}
         updates = _in_move_order(plan, sorted((a for a in plan.actions if a.action in order), key=lambda a: (
             order[a.action], a.quota is None or a.quota >= 0, a.reason.startswith("exclusive"))))
         failed: List[Action] = []
@@ -125,6 +128,9 @@ class CgroupTargets:
             try:
                 if action.action == "quota":
                     self.cgroups.set_quota(action.cgroup, action.quota or -1, action.period or 100000)
+                    continue
+                if action.action == "idle":
+                    self.cgroups.set_idle(action.cgroup)
                     continue
                 cpus = CPUSet.parse(action.cpus)
                 runtime.update(action.container_id, cpuset_cpus=cpus,
@@ -169,6 +175,25 @@ class CgroupTargets:
             self.pushed[cid] = pool
         plan.followers = done
         plan.counts["followers"] = len(done)
+
+
+def _idle(plan: Plan, pairs: Sequence[Pair], cgroups: CgroupFS) -> None:
+    """``cpu.idle`` = 1 from the BestEffort QoS cgroup down to each running BestEffort container (the QoS cgroup is
+    what competes with Burstable and Guaranteed pods; below it, each level is idle too). Where the kernel has no
+    ``cpu.idle`` (cgroup v1, before 5.15), nothing is written."""
+    seen: Set[str] = set()
+    for listed, info in pairs:
+        if listed.state != RUNNING or info.qos != BEST_EFFORT or not info.cgroup_path:
+            continue
+        pod = info.pod_cgroup_path
+        for path in (os.path.dirname(pod.rstrip("/")), pod, info.cgroup_path):
+            if path in seen or path in ("", "/"):
+                continue
+            seen.add(path)
+            if cgroups.idle(path) == "0":
+                plan.actions.append(Action("idle", listed.id if path == info.cgroup_path else "", listed.pod_ref,
+                                           listed.pod_uid, listed.name if path == info.cgroup_path else "", "",
+                                           "BestEffort: cpu.idle = 1", cgroup=path))
 
 
 def _pod_quotas(plan: Plan, pairs: Sequence[Pair], pods_exclusive: Dict[str, bool], cgroups: CgroupFS) -> None:

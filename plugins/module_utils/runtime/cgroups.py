@@ -122,6 +122,14 @@ class CgroupFS:
         except OSError as exc:
             raise StoreError("cannot write %s to %s: %s" % (value, name, exc.strerror or exc)) from None
 
+    def idle(self, path: str) -> Optional[str]:
+        """``cpu.idle`` (cgroup v2, kernel 5.15 or newer: "1" when the cgroup only takes what nobody else wants); None
+        where there is none."""
+        return self._read("cpu", path, "cpu.idle") if self.v2 else None
+
+    def set_idle(self, path: str) -> None:
+        self._write(self.directory("cpu", path), "cpu.idle", "1")
+
     def cpu_stat(self, path: str) -> Dict[str, int]:
         """CFS throttling counters: nr_periods, nr_throttled, throttled_usec (v1 ns converted)."""
         text = self._read("cpuacct" if not self.v2 and not self._has("cpu", path) else "cpu", path, "cpu.stat")

@@ -132,3 +132,35 @@ def test_a_defragmentation_pushes_its_moves_in_their_order_through_free_cpus_fir
     targets.apply(plan, runtime)
     assert pushed == [(shared, "0,3-7"), (first, "5"), (second, "1"), (first, "2")]
     assert (runtime.read(first), runtime.read(second)) == ("2", "1")
+
+
+def test_besteffort_idle_from_the_qos_cgroup_down_where_the_kernel_has_cpu_idle(tmp_path):
+    runtime = FakeRuntime(str(tmp_path / "v1"), "0-7", "0-1")
+    idle, other = runtime.add("uid-e", "app", "BestEffort"), runtime.add("uid-b", "app", "Burstable", 250)
+    pairs = [(runtime.listed[c], runtime.infos[c]) for c in (idle, other)]
+    info = runtime.infos[idle]
+    qos = info.pod_cgroup_path.rsplit("/", 1)[0]
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("cpuset cpu\n")
+    for path in (qos, info.pod_cgroup_path, info.cgroup_path, runtime.infos[other].cgroup_path):
+        (v2 / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        (v2 / path.lstrip("/") / "cpu.idle").write_text("0\n")
+    state = CPUState("static", CPUSet.parse("0-7"))
+    targets = CgroupTargets(TOPO, CgroupFS(str(v2)), ManagerOptions(besteffort_idle=True))
+    plan = Plan(state)
+    targets.plan(plan, state, pairs)
+    assert [(a.cgroup, a.container) for a in plan.actions if a.action == "idle"] == [
+        (qos, ""), (info.pod_cgroup_path, ""), (info.cgroup_path, "app")]
+    targets.apply(plan, runtime)
+    read = {path: (v2 / path.lstrip("/") / "cpu.idle").read_text().strip()
+            for path in (qos, info.pod_cgroup_path, info.cgroup_path, runtime.infos[other].cgroup_path)}
+    assert list(read.values()) == ["1", "1", "1", "0"]  # the Burstable container is left alone
+    again = Plan(state)
+    targets.plan(again, state, pairs)
+    assert [a for a in again.actions if a.action == "idle"] == [] and again.to_dict()["counts"]["idle"] == 0
+    for options, root in ((ManagerOptions(), str(v2)), (ManagerOptions(besteffort_idle=True), str(tmp_path / "v1"))):
+        (v2 / info.cgroup_path.lstrip("/") / "cpu.idle").write_text("0\n")
+        off = Plan(state)  # the option off; cgroup v1, where there is no cpu.idle
+        CgroupTargets(TOPO, CgroupFS(root), options).plan(off, state, pairs)
+        assert [a for a in off.actions if a.action == "idle"] == []
