@@ -341,7 +341,8 @@ class Lab:
 
     # --- kubelet-like pods --------------------------------------------------------------------------------
     def run_pod(self, name: str, qos: str, containers: List[Dict[str, Any]], *, namespace: str = "lab",
-                uid: Optional[str] = None, start: bool = True) -> Dict[str, Any]:
+                uid: Optional[str] = None, start: bool = True,
+                annotations: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
         """A pod with ``containers`` = [{"name", "cpu" (millicores or None), "memory" (bytes or None),
         "command" (argv, default sleep infinity), "limit" (default: = request for Guaranteed)}]."""
         uid = uid or str(uuid.uuid4())
@@ -350,7 +351,7 @@ class Lab:
                   "io.kubernetes.pod.uid": uid}
         sandbox = {"metadata": {"name": name, "uid": uid, "namespace": namespace, "attempt": 0},
                    "log_directory": os.path.join(self.dir, "logs", "%s_%s_%s" % (namespace, name, uid)),
-                   "labels": labels, "annotations": {"kubernetes.io/config.source": "api"},
+                   "labels": labels, "annotations": dict({"kubernetes.io/config.source": "api"}, **(annotations or {})),
                    "linux": {"cgroup_parent": parent,
                              "security_context": {"namespace_options": {"network": 2, "pid": 1, "ipc": 0}}}}
         sandbox_id = self.cri.run_pod_sandbox(sandbox)

@@ -128,8 +128,11 @@ options:
         C(/etc/default/irqbalance); released CPUs get their interrupts back. Managed interrupts the kernel will not
         move are counted, not errors. The affinities interrupts had are recorded in C(<state_path>.irq.json).
         See C(docs/HOUSEKEEPING.md).
+      - V(annotated) does the same for the exclusive CPUs of pods annotated
+        C(irq-load-balancing.kubecpu.io: disable) only (CRI-O's C(irq-load-balancing.crio.io: disable) is read too);
+        the pods' annotations come from the runtime (a pod sandbox status per new pod, or NRI's pod).
     type: str
-    choices: ["off", exclusive]
+    choices: ["off", exclusive, annotated]
     default: "off"
     version_added: 0.5.0
   besteffort_idle:
@@ -138,6 +141,14 @@ options:
         running BestEffort container's cgroup (cgroup v2, kernel 5.15 or newer; elsewhere nothing is written), so
         that BestEffort work only takes CPU time nobody else wants (what the kubelet proposal KEP-5889 asks for).
         Turning it off later does not write C(cpu.idle=0) back.
+    type: bool
+    default: false
+    version_added: 0.5.0
+  cpu_burst:
+    description:
+      - Beyond the kubelet. Set C(cpu.max.burst) of each running Burstable container whose pod is annotated
+        C(cpu-burst.kubecpu.io) with a duration (C(20ms)), at most its CFS quota (cgroup v2, kernel 5.14 or newer;
+        a container without a quota is left alone). A value that is not a duration is reported in C(errors).
     type: bool
     default: false
     version_added: 0.5.0

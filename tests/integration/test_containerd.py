@@ -244,6 +244,23 @@ def test_pod_list_and_pod_cgroup_parent_over_cri(lab, pods):
     assert parent == "/kubepods/burstable/pod" + pod["uid"]
 
 
+def test_the_pods_annotations_over_cri(lab):
+    """PodSandboxStatus gives the annotations the kubelet set on the sandbox; describe keeps kubecpu's, once asked."""
+    pod = lab.run_pod("noted", "Burstable", [{"name": "app", "cpu": 100}],
+                      annotations={"cpu-burst.kubecpu.io": "20ms", "irq-load-balancing.kubecpu.io": "disable"})
+    try:
+        found = lab.cri.pod_annotations(pod["sandbox_id"])
+        assert found["cpu-burst.kubecpu.io"] == "20ms" and found["kubernetes.io/config.source"] == "api"
+        listed = next(c for c in lab.cri.list_containers() if c.id == pod["containers"]["app"])
+        assert lab.cri.describe(listed).annotations is None  # not asked for
+        lab.cri.want_annotations = True
+        assert lab.cri.describe(listed).annotations == {"cpu-burst.kubecpu.io": "20ms",
+                                                        "irq-load-balancing.kubecpu.io": "disable"}
+    finally:
+        lab.cri.want_annotations = False
+        lab.remove_pod(pod)
+
+
 def read_cgroup(controller, path, name):
     with open("/sys/fs/cgroup/%s%s/%s" % (controller, path, name), encoding="utf-8") as handle:
         return handle.read().strip()

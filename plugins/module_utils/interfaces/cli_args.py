@@ -241,7 +241,7 @@ def _service_args(parser: argparse.ArgumentParser, after: str, example: str) -> 
 
 
 def _duration_arg(text: str) -> float:
-    from ..services.agent import parse_duration  # noqa: PLC0415  # the agent's module: not the hook's start-up
+    from ..kubelet.settings import parse_duration  # noqa: PLC0415  # (re loaded only here: not the hook's start-up)
 
     try:
         return parse_duration(text)
@@ -280,7 +280,11 @@ def _runtime_args(parser: argparse.ArgumentParser) -> None:
                         help="cpu.idle = 1 for BestEffort containers, their pods and QoS cgroup (cgroup v2, kernel "
                         "5.15 or newer): they only take what nobody else wants")
     parser.add_argument("--irq-isolation", choices=IRQ_MODES, default="off",
-                        help="exclusive: keep device interrupts (and irqbalance) off the CPUs held exclusively")
+                        help="exclusive: keep device interrupts (and irqbalance) off the CPUs held exclusively; "
+                        "annotated: only off those of pods annotated irq-load-balancing.kubecpu.io: disable")
+    parser.add_argument("--cpu-burst", action="store_true",
+                        help="cpu.max.burst of Burstable containers from their pod's cpu-burst.kubecpu.io "
+                        "annotation (a duration), at most their CFS quota (cgroup v2, kernel 5.14 or newer)")
     _topology_manager_args(parser)
 
 

@@ -32,7 +32,7 @@ MAX_CONFIG_BYTES = 1024 * 1024  # the configuration file: a JSON object of optio
 # The hook parser's flags (a test holds this to ``build_parser(only="hook")``): those the check reads, the
 # switches, and the rest, each of which takes one value.
 QUICK_SETTINGS = ("--state", "--cgroup-root", "--policy", "--config")
-SWITCHES = ("--read-only", "--force", "--align-memory", "--besteffort-idle")
+SWITCHES = ("--read-only", "--force", "--align-memory", "--besteffort-idle", "--cpu-burst")
 LISTS = ("--option", "--feature-gate", "--topology-manager-option")
 OTHER_FLAGS = ("--num-reserved", "--reserved-cpus", "--option", "--kubelet-version", "--feature-gate", "--runtime",
                "--runtime-endpoint", "--crictl", "--runtime-timeout", "--kubelet-state", "--cache", "--isolated-cpus",

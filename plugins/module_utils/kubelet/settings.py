@@ -5,6 +5,7 @@ node's settings, and the planning modules for the few they take (without the res
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, Optional
 
 from ..errors import ConfigError, CPUSetError, OptionError
@@ -40,3 +41,21 @@ def num_reserved(value: Any) -> Optional[int]:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         raise ConfigError("num_reserved must not be negative, got %r" % (value,))
     return value
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Go-style durations (``10s``, ``500ms``, ``1m30s``) or plain seconds; more than 0, at most 24h."""
+    value = text.strip()
+    if re.match(r"^(\d+(?:\.\d*)?|\.\d+)$", value):
+        seconds = float(value)
+    elif value and _DURATION.sub("", value) == "":
+        seconds = sum(float(number) * _UNITS[unit] for number, unit in _DURATION.findall(value))
+    else:
+        raise ValueError('invalid duration "%s" (examples: 10s, 500ms, 1m30s)' % text)
+    if not 0 < seconds <= 86400:
+        raise ValueError('invalid duration "%s": must be more than 0 and at most 24h' % text)
+    return seconds

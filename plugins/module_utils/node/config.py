@@ -28,7 +28,7 @@ MAX_TIMEOUT = 3600.0
 RUNTIMES = ("crictl", "cri")
 ISOLATED_MODES = ("ignore", "prefer", "only")
 QUOTA_MODES = ("keep", "unlimited")
-IRQ_MODES = ("off", "exclusive")
+IRQ_MODES = ("off", "exclusive", "annotated")
 
 
 class _ManagerOptions(NamedTuple):
@@ -38,7 +38,8 @@ class _ManagerOptions(NamedTuple):
     topology_manager_policy: str = "none"  # with a policy, CPUs are chosen inside the merged NUMA affinity
     topology_manager_scope: str = "container"
     topology_manager_options: Optional[Mapping[str, str]] = None
-    irq_isolation: str = "off"  # off | exclusive: device interrupts kept off the CPUs held exclusively
+    irq_isolation: str = "off"  # off | exclusive | annotated: device interrupts kept off the CPUs held exclusively
+    cpu_burst: bool = False  # cpu.max.burst of Burstable containers from their pod's cpu-burst.kubecpu.io
     besteffort_idle: bool = False  # cpu.idle = 1 for BestEffort containers, their pods and QoS cgroup (cgroup v2)
 
 
@@ -55,7 +56,7 @@ class ManagerOptions(_ManagerOptions):
         choice(self.topology_manager_policy, "topology_manager_policy", TM_POLICIES)
         choice(self.topology_manager_scope, "topology_manager_scope", TM_SCOPES)
         choice(self.irq_isolation, "irq_isolation", IRQ_MODES)
-        for name in ("align_memory", "besteffort_idle"):
+        for name in ("align_memory", "besteffort_idle", "cpu_burst"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError("%s must be a boolean, got %r" % (name, getattr(self, name)))
         options = option_map(self.topology_manager_options, "topology_manager_policy_options")

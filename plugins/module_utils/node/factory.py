@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Mapping, Optional
 
-from ..errors import SafetyError, TopologyError
+from ..errors import ConfigError, SafetyError, TopologyError
 from ..kubelet import discovery
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.kubelet_versions import DEFAULT
@@ -22,7 +22,7 @@ from ..runtime.cgroups import CgroupFS
 from ..runtime.container_cache import ContainerCache
 from ..runtime.model import Runtime
 from .config import NodeConfig
-from .housekeeping import KubeletHousekeeping, irq_isolation
+from .housekeeping import IrqIsolation, KubeletHousekeeping, machine_files, record_path
 from .manager import NodeManager
 from .state_paths import KUBELET_PATH
 from .state_store import StateStore
@@ -121,7 +121,8 @@ def kubelet_housekeeping(config: NodeConfig, topology: Optional[Topology] = None
     checkpoint = StateStore(config.kubelet_state_path, recorded_policy(config.kubelet_state_path) or STATIC,
                             read_only=True, kubelet=config.kubelet)
     own = StateStore(config.state_path, STATIC)
-    isolation = irq_isolation(config.options.irq_isolation, topo.all_cpus, own.path, config.sysfs_root)
-    if isolation is None:
-        raise SafetyError("housekeeping beside the kubelet needs irq_isolation exclusive")
+    if config.options.irq_isolation != "exclusive":
+        raise ConfigError("housekeeping beside the kubelet needs irq_isolation exclusive (got %s: beside the kubelet "
+                          "kubecpu reads no pod annotations)" % config.options.irq_isolation)
+    isolation = IrqIsolation(topo.all_cpus, record_path(own.path), *machine_files(config.sysfs_root))
     return KubeletHousekeeping(topo, checkpoint, own, isolation)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, NamedTuple, Optional, Set, Tuple
 
 from ..atomic import atomic_write
 from ..errors import CPUSetError, HousekeepingError
@@ -27,9 +27,11 @@ from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology
 from ..runtime.irq import IrqFS
 from ..runtime.irqbalance import IrqBalance
+from ..runtime.model import ContainerInfo
 from .plan import Plan
 from .state_store import StateStore
 
+IRQ_ANNOTATIONS = ("irq-load-balancing.kubecpu.io", "irq-load-balancing.crio.io")  # value "disable"
 RECORD_SUFFIX = ".irq.json"
 FORMAT = "kubecpu.irq/v1"
 RESCAN_SECONDS = 10.0
@@ -167,10 +169,27 @@ class IrqIsolation:
         record["banned"] = str(keep_off) if daemon is not None else None
 
 
-def isolate_in_pass(isolation: Optional[IrqIsolation], plan: Plan, keep_off: CPUSet, apply: bool) -> None:
+def irq_pods(infos: Iterable[ContainerInfo]) -> Set[str]:
+    """The pods annotated ``irq-load-balancing.kubecpu.io: disable`` (or CRI-O's name for it)."""
+    return {info.pod_uid for info in infos
+            if any((info.annotations or {}).get(name) == "disable" for name in IRQ_ANNOTATIONS)}
+
+
+def kept_off(mode: str, state: CPUState, pods: Optional[Set[str]]) -> Optional[CPUSet]:
+    """The CPUs interrupts keep off: every exclusive CPU (mode exclusive), or those of the annotated pods (mode
+    annotated; None when the call saw no runtime, so knows no annotations: the interrupts are left as they are)."""
+    if mode == "exclusive":
+        return state.assigned().union(state.pod_assigned())
+    if pods is None:
+        return None
+    held = [cpus for uid, _name, cpus in state.assignments() if uid in pods]
+    return CPUSet().union(*held, *(cpus for uid, cpus in state.pod_entries.items() if uid in pods))
+
+
+def isolate_in_pass(isolation: Optional[IrqIsolation], plan: Plan, keep_off: Optional[CPUSet], apply: bool) -> None:
     """A pass's last step: the interrupts around ``keep_off``, in ``plan.housekeeping``; a failure is the plan's error
     (kind ``irq``), never the pass's: the containers are pinned all the same."""
-    if isolation is None:
+    if isolation is None or keep_off is None:
         return
     try:
         plan.housekeeping = isolation.apply(keep_off, apply)
@@ -226,7 +245,7 @@ class KubeletHousekeeping:
         with self.lock.locked():
             state = self.store.load() or CPUState(self.store.policy_name, self.topology.all_cpus)
             plan = Plan(state)
-            isolate_in_pass(self.isolation, plan, state.assigned(), apply)
+            isolate_in_pass(self.isolation, plan, kept_off("exclusive", state, None), apply)
         plan.applied = apply
         plan.seconds = time.monotonic() - started
         return plan

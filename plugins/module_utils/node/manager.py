@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from ..errors import AllocationError, ContainerNotFoundError, SafetyError, StateError, StoreError
 from ..kubelet.pod import Pod
@@ -25,7 +25,7 @@ from ..runtime.model import CREATED, RUNNING, Runtime
 from .admission import Admission
 from .config import ManagerOptions
 from .hook_marks import HookMarks
-from .housekeeping import irq_isolation, isolate_in_pass
+from .housekeeping import irq_isolation, irq_pods, isolate_in_pass, kept_off
 from .plan import Action, Plan
 from .pod_views import Pair, PodView, allocation_target, build_views, find_container, release_stale
 from .resize import BaselineFile, baselines_path, resize_running, sync_baselines
@@ -56,6 +56,9 @@ class NodeManager:
         self.sysfs_root = sysfs_root  # the machine's files below it: /proc/irq for the interrupts
         self.irq = irq_isolation(options.irq_isolation, topology.all_cpus, None if store.read_only else store.path,
                                  sysfs_root)
+        self.irq_pods: Optional[Set[str]] = None  # the annotated pods the last observe saw (irq_isolation annotated)
+        if runtime is not None:
+            runtime.want_annotations = options.irq_isolation == "annotated" or options.cpu_burst
 
     cgroups = property(lambda self: self.cgroup_targets.cgroups)
 
@@ -90,7 +93,7 @@ class NodeManager:
 
     def _commit(self, plan: Plan, state: CPUState, apply: bool) -> None:
         plan.after = state
-        isolate_in_pass(self.irq, plan, state.assigned(), apply)
+        isolate_in_pass(self.irq, plan, kept_off(self.options.irq_isolation, state, self.irq_pods), apply)
         if not apply:
             return
         if not self.store.read_only:
@@ -160,6 +163,7 @@ class NodeManager:
         present = {item.id for item in listed}
         self.cache.retain(present)
         self.cgroup_targets.forget_except(present)
+        self.irq_pods = irq_pods(info for _listed, info in pairs)
         plan.counts.update(containers=len(listed), running=sum(1 for c in listed if c.state == RUNNING),
                            created=sum(1 for c in listed if c.state == CREATED and c.is_kubernetes),
                            inspected=inspected)

@@ -61,8 +61,12 @@ class Plan:
     def to_dict(self, states: bool = True) -> Dict[str, Any]:
         """Everything, or without the states before and after (``states=False``: what a log line and metrics need)."""
         counts = dict(self.counts)
-        for action in ("allocate", "resize", "update", "release", "quota", "idle"):
+        for action in ("allocate", "resize", "update", "release", "quota"):
             counts[action] = sum(1 for a in self.actions if a.action == action)
+        for action in ("idle", "burst"):  # the options' own: counted where there are some
+            done = sum(1 for a in self.actions if a.action == action)
+            if done:
+                counts[action] = done
         counts["errors"] = len(self.errors)
         doc = {"changed": self.changed, "actions": [a.to_dict() for a in self.actions], "errors": self.errors,
                "skipped": self.skipped, "counts": counts, "runtime_calls": self.runtime_calls,

@@ -10,7 +10,8 @@ from typing import AbstractSet, Dict, FrozenSet, List, Optional, Sequence, Set
 
 from ..errors import ContainerNotFoundError, ContainerRuntimeError, StoreError
 from ..kubelet.cpuset import CPUSet
-from ..kubelet.qos import BEST_EFFORT, GUARANTEED
+from ..kubelet.qos import BEST_EFFORT, BURSTABLE, GUARANTEED
+from ..kubelet.settings import parse_duration
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology
 from ..runtime.cgroups import CgroupFS
@@ -20,6 +21,7 @@ from .hook_marks import HookMarks
 from .plan import Action, Plan
 from .pod_views import Pair
 
+BURST_ANNOTATION = "cpu-burst.kubecpu.io"  # a pod's CFS burst, a duration ("20ms")
 Scope = Optional[AbstractSet[str]]  # pod UIDs: the pods a pass decides again (None: every pod)
 
 
@@ -114,13 +116,15 @@ class CgroupTargets:
             plan.counts["followers"] = len(plan.followers)
         if self.options.besteffort_idle:
             _idle(plan, pairs, self.cgroups)
+        if self.options.cpu_burst:
+            _burst(plan, pairs, self.cgroups)
         if self.options.cpu_quota == "unlimited":
             _pod_quotas(plan, pairs, {uid: exclusive for uid, exclusive in pods_exclusive.items()
                                       if scope is None or uid in scope}, self.cgroups)
 
     def apply(self, plan: Plan, runtime: Runtime) -> None:
         """Shrink first (shared containers leaving CPUs that became exclusive), pin last; pod quotas first."""
-        order = {"quota": 0, "idle": 0, "update": 1}
+        order = {"quota": 0, "idle": 0, "burst": 0, "update": 1}
         updates = _in_move_order(plan, sorted((a for a in plan.actions if a.action in order), key=lambda a: (
             order[a.action], a.quota is None or a.quota >= 0, a.reason.startswith("exclusive"))))
         failed: List[Action] = []
@@ -131,6 +135,9 @@ class CgroupTargets:
                     continue
                 if action.action == "idle":
                     self.cgroups.set_idle(action.cgroup)
+                    continue
+                if action.action == "burst":
+                    self.cgroups.set_burst(action.cgroup, action.quota or 0)
                     continue
                 cpus = CPUSet.parse(action.cpus)
                 runtime.update(action.container_id, cpuset_cpus=cpus,
@@ -194,6 +201,29 @@ def _idle(plan: Plan, pairs: Sequence[Pair], cgroups: CgroupFS) -> None:
                 plan.actions.append(Action("idle", listed.id if path == info.cgroup_path else "", listed.pod_ref,
                                            listed.pod_uid, listed.name if path == info.cgroup_path else "", "",
                                            "BestEffort: cpu.idle = 1", cgroup=path))
+
+
+def _burst(plan: Plan, pairs: Sequence[Pair], cgroups: CgroupFS) -> None:
+    """``cpu.max.burst`` of each running Burstable container whose pod says ``cpu-burst.kubecpu.io: <duration>``, at
+    most its CFS quota (a container without a quota has nothing to burst over). A value that is not a duration is
+    the plan's error (kind ``annotation``); a kernel without ``cpu.max.burst`` (before 5.14, cgroup v1) is skipped."""
+    for listed, info in pairs:
+        text = (info.annotations or {}).get(BURST_ANNOTATION)
+        if listed.state != RUNNING or info.qos != BURSTABLE or text is None:
+            continue
+        try:
+            wanted = round(parse_duration(text) * 1000000)
+        except ValueError as exc:
+            plan.error(listed, "%s of pod %s: %s" % (BURST_ANNOTATION, listed.pod_ref, exc), "annotation")
+            continue
+        quota, have = cgroups.quota(info.cgroup_path), cgroups.burst(info.cgroup_path)
+        if quota is None or quota[0] <= 0 or have is None:
+            continue
+        burst = min(wanted, quota[0])
+        if have != burst:
+            plan.actions.append(Action("burst", listed.id, listed.pod_ref, listed.pod_uid, listed.name, "",
+                                       "%s: %s (at most the quota, %d µs)" % (BURST_ANNOTATION, text, quota[0]),
+                                       quota=burst, cgroup=info.cgroup_path))
 
 
 def _pod_quotas(plan: Plan, pairs: Sequence[Pair], pods_exclusive: Dict[str, bool], cgroups: CgroupFS) -> None:

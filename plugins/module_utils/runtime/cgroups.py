@@ -130,6 +130,14 @@ class CgroupFS:
     def set_idle(self, path: str) -> None:
         self._write(self.directory("cpu", path), "cpu.idle", "1")
 
+    def burst(self, path: str) -> Optional[int]:
+        """``cpu.max.burst`` in µs (cgroup v2, kernel 5.14 or newer); None where there is none."""
+        text = self._read("cpu", path, "cpu.max.burst") if self.v2 else None
+        return int(text) if text is not None and text.isdigit() else None
+
+    def set_burst(self, path: str, microseconds: int) -> None:
+        self._write(self.directory("cpu", path), "cpu.max.burst", str(microseconds))
+
     def cpu_stat(self, path: str) -> Dict[str, int]:
         """CFS throttling counters: nr_periods, nr_throttled, throttled_usec (v1 ns converted)."""
         text = self._read("cpuacct" if not self.v2 and not self._has("cpu", path) else "cpu", path, "cpu.stat")

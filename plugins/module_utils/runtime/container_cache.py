@@ -70,6 +70,8 @@ class ContainerCache:
         inspected = 0
         for item in (c for c in listed if c.is_kubernetes):
             info = self.get(item)
+            if info is not None and info.annotations is None and runtime.want_annotations:
+                info = None  # learned before the annotations were asked for
             if info is not None and current is not None:
                 now = current(item, info)
                 if now is not info:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from ..errors import (ContainerNotFoundError, ContainerRuntimeError, MessageError, RpcStatus, RuntimeOutputError,
                       RuntimeTimeoutError, RuntimeUnavailableError)
@@ -54,7 +54,8 @@ MESSAGES = {
                         ("labels", 12, "map"), ("annotations", 13, "map"), ("resources", 16, "ContainerResources")],
     "ContainerStatusResponse": [("status", 1, "ContainerStatus"), ("info", 2, "map")],
     "PodSandboxStatusRequest": [("pod_sandbox_id", 1, "string"), ("verbose", 2, "bool")],
-    "PodSandboxStatusResponse": [("info", 2, "map")],
+    "PodSandboxStatusResponse": [("status", 1, "PodSandboxStatus"), ("info", 2, "map")],
+    "PodSandboxStatus": [("id", 1, "string"), ("annotations", 8, "map")],
     "UpdateContainerResourcesRequest": [("container_id", 1, "string"), ("linux", 2, "LinuxContainerResources"),
                                         ("annotations", 4, "map")],
     "UpdateContainerResourcesResponse": [],
@@ -153,6 +154,12 @@ class CRIRuntime(RuntimeBase):
                                        "memoryLimitInBytes": linux.memory_limit_in_bytes}}}
         info = parse_info_json(dict(reply.info), "container %s" % container_id)
         return container_info(doc, info, pid_cgroup=pid_cgroup(info))._replace(finished_at=status.finished_at)
+
+    def pod_annotations(self, sandbox_id: str) -> Mapping[str, Any]:
+        check_container_id(sandbox_id)
+        reply = self.call("PodSandboxStatus", self.pb.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id),
+                          self.pb.PodSandboxStatusResponse, target=sandbox_id, operation="inspect_pod")
+        return dict(reply.status.annotations)
 
     def pod_cgroup_parent(self, sandbox_id: str) -> str:
         check_container_id(sandbox_id)

@@ -15,7 +15,7 @@ import os
 import re
 import subprocess
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import (ContainerNotFoundError, ContainerRuntimeError, RuntimeOutputError, RuntimeTimeoutError,
                       RuntimeUnavailableError)
@@ -150,6 +150,12 @@ class CrictlRuntime(RuntimeBase):
         if isinstance(finished, str) and finished and not finished.startswith("0001-"):
             result = result._replace(finished_at=_rfc3339_ns(finished))
         return result
+
+    def pod_annotations(self, sandbox_id: str) -> Mapping[str, Any]:
+        check_container_id(sandbox_id)
+        doc = self._json("inspect_pod", sandbox_id, "inspectp", sandbox_id)
+        status = as_dict(doc.get("status"), "crictl inspectp status")
+        return as_dict(status.get("annotations"), "crictl inspectp status.annotations")
 
     def pod_cgroup_parent(self, sandbox_id: str) -> str:
         check_container_id(sandbox_id)

@@ -50,6 +50,22 @@ class ListedContainer(NamedTuple):
         return bool(self.pod_uid and self.name)
 
 
+# The pod annotations kubecpu reads (docs/HOUSEKEEPING.md); a pod's others are not kept.
+POD_ANNOTATIONS = ("irq-load-balancing.kubecpu.io", "irq-load-balancing.crio.io", "cpu-burst.kubecpu.io")
+MAX_ANNOTATION_BYTES = 256  # a value longer than this is not one of kubecpu's: dropped
+MAX_SANDBOXES_KNOWN = 1024  # pods whose annotations a backend keeps (it forgets them all past this)
+
+
+def kubecpu_annotations(annotations: Mapping[str, Any]) -> Dict[str, str]:
+    """Of a pod's annotations, the ones kubecpu reads (strings of at most MAX_ANNOTATION_BYTES)."""
+    kept = {}
+    for key in POD_ANNOTATIONS:
+        value = annotations.get(key)
+        if isinstance(value, str) and len(value.encode("utf-8", "replace")) <= MAX_ANNOTATION_BYTES:
+            kept[key] = value
+    return kept
+
+
 class ContainerInfo(NamedTuple):
     """What a container is; never changes for a container ID, so it is cached across passes."""
 
@@ -68,6 +84,7 @@ class ContainerInfo(NamedTuple):
     exit_code: int = 0
     finished_at: int = 0  # ns since the epoch; 0 while the container has not finished
     reason: str = ""
+    annotations: Optional[Mapping[str, str]] = None  # the pod's annotations kubecpu reads; None: not asked for
 
     @property
     def pod_cgroup_path(self) -> str:
@@ -103,6 +120,9 @@ class ContainerInfo(NamedTuple):
             if not isinstance(getattr(info, name), kind):
                 raise RuntimeOutputError("bad cached container entry: %s is not a %s" % (name, kind.__name__))
         check_container_id(info.id)
+        if info.annotations is not None and (not isinstance(info.annotations, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in info.annotations.items())):
+            raise RuntimeOutputError("bad cached container entry: annotations is not a map of strings")
         return info
 
 
@@ -127,6 +147,7 @@ class Runtime(Protocol):
     name: str
     calls: Dict[str, int]  # calls made, by operation (the plan and the metrics report them)
     live: bool  # it tells every change of a container's facts as it happens (NRI): nothing to cache or look up again
+    want_annotations: bool  # describe() gives the pod's annotations kubecpu reads (the manager sets it when needed)
 
     def list_containers(self) -> List[ListedContainer]:
         """Every container the runtime knows, in any state (one call)."""
@@ -151,6 +172,8 @@ class RuntimeBase:
 
     def __init__(self) -> None:
         self.calls: Dict[str, int] = {}
+        self.want_annotations = False  # describe() asks for the pod's annotations (a call per new pod)
+        self._annotations: Dict[str, Dict[str, str]] = {}  # sandbox ID -> kubecpu's annotations of the pod
 
     def count(self, operation: str) -> None:
         self.calls[operation] = self.calls.get(operation, 0) + 1
@@ -166,6 +189,8 @@ class RuntimeBase:
         """``inspect``; for a runtime whose verbose info has no OCI spec, the QoS class comes from the pod sandbox's
         cgroup parent: one more call, once per container."""
         info = self.inspect(listed.id)
+        if self.want_annotations and listed.sandbox_id:
+            info = info._replace(annotations=self._pod_annotations(listed.sandbox_id))
         if info.qos or not listed.sandbox_id:
             return info
         try:
@@ -173,6 +198,22 @@ class RuntimeBase:
         except ContainerNotFoundError:
             return info
         return info._replace(qos=qos_from_cgroup(parent))
+
+    def pod_annotations(self, sandbox_id: str) -> Mapping[str, Any]:
+        """The pod sandbox's annotations (its status): the pod's, as the kubelet gave them."""
+        raise NotImplementedError
+
+    def _pod_annotations(self, sandbox_id: str) -> Dict[str, str]:
+        known = self._annotations.get(sandbox_id)
+        if known is None:
+            try:
+                known = kubecpu_annotations(self.pod_annotations(sandbox_id))
+            except ContainerNotFoundError:
+                return {}
+            if len(self._annotations) >= MAX_SANDBOXES_KNOWN:
+                self._annotations.clear()
+            self._annotations[sandbox_id] = known
+        return known
 
     def close(self) -> None:
         """Nothing to release by default."""

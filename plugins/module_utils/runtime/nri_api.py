@@ -11,7 +11,7 @@ from typing import Any, Optional, Tuple
 
 from ..wire.proto_schema import cached
 from .cgroup_paths import cgroupfs_path, parent_path, qos_from_cgroup
-from .model import CONTAINER_NAME_LABEL, EXITED, RUNNING, UNKNOWN, ContainerInfo, ListedContainer
+from .model import CONTAINER_NAME_LABEL, EXITED, RUNNING, UNKNOWN, ContainerInfo, ListedContainer, kubecpu_annotations
 
 RESTART_COUNT = "io.kubernetes.container.restartCount"
 
@@ -111,7 +111,7 @@ def container_model(pod: Any, container: Any, created_at: int, *, state: Optiona
     listed = ListedContainer(container.id, container.pod_sandbox_id, pod.uid, pod.name, pod.namespace, name, attempt,
                              status, created_at)
     info = ContainerInfo(container.id, pod.uid, pod.name, pod.namespace, name, attempt, qos, path, shares, quota,
-                         period, limit, 0, finished_at)
+                         period, limit, 0, finished_at, annotations=kubecpu_annotations(pod.annotations))
     return listed, info
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import select
 import signal
 import time
@@ -34,8 +33,6 @@ FOLLOW = 0.02  # seconds between passes while a watched container is created but
 # list did not move (a removed pod's cgroup goes before the runtime stops listing its container): about seven passes.
 FOLLOW_WINDOW = 2.0
 DEBOUNCE = 0.005  # seconds to let a burst of cgroup events settle before the pass
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class _Policy(Protocol):
@@ -59,20 +56,6 @@ class Passes(Protocol):
     def reconcile(self, apply: bool = True) -> Plan: ...
 
     def close(self) -> None: ...
-
-
-def parse_duration(text: str) -> float:
-    """Go-style durations (``10s``, ``500ms``, ``1m30s``) or plain seconds; more than 0, at most 24h."""
-    value = text.strip()
-    if re.match(r"^(\d+(?:\.\d*)?|\.\d+)$", value):
-        seconds = float(value)
-    elif value and _DURATION.sub("", value) == "":
-        seconds = sum(float(number) * _UNITS[unit] for number, unit in _DURATION.findall(value))
-    else:
-        raise ValueError('invalid duration "%s" (examples: 10s, 500ms, 1m30s)' % text)
-    if not 0 < seconds <= 86400:
-        raise ValueError('invalid duration "%s": must be more than 0 and at most 24h' % text)
-    return seconds
 
 
 class Agent:

@@ -34,16 +34,20 @@ class FakeRuntime(RuntimeBase):
         self.vanish_on_update: set = set()
         self.clock = 1_000
         self.parents: Dict[str, str] = {}  # container ID -> pod cgroup parent, for containers added without one
+        self.pod_notes: Dict[str, Dict[str, str]] = {}  # sandbox ID -> the pod's annotations
         self.counter = 0
 
     # --- building the node ------------------------------------------------------------------------------
     def add(self, pod_uid: str, container: str, qos: str, milli: int = 0, pod_name: str = "",
-            namespace: str = "default", attempt: int = 0, state: str = RUNNING, exit_code: int = 0) -> str:
+            namespace: str = "default", attempt: int = 0, state: str = RUNNING, exit_code: int = 0,
+            annotations: Optional[Dict[str, str]] = None) -> str:
         self.counter += 1
         self.clock += 10
         cid = hashlib.sha256(b"%d" % self.counter).hexdigest()
         path = PARENTS[qos] % pod_uid + "/" + cid
         limit = milli if qos == "Guaranteed" else 0
+        if annotations is not None:
+            self.pod_notes["sb-" + pod_uid] = annotations
         self.listed[cid] = ListedContainer(cid, "sb-" + pod_uid, pod_uid, pod_name or pod_uid, namespace, container,
                                            attempt, state, self.clock)
         self.infos[cid] = ContainerInfo(cid, pod_uid, pod_name or pod_uid, namespace, container, attempt, qos, path,
@@ -104,6 +108,13 @@ class FakeRuntime(RuntimeBase):
         if container_id not in self.infos:
             raise ContainerNotFoundError("container %s not found" % container_id)
         return self.infos[container_id]
+
+    def pod_annotations(self, sandbox_id: str) -> Dict[str, str]:
+        self.count("inspect_pod")
+        self._check()
+        if not any(item.sandbox_id == sandbox_id for item in self.listed.values()):
+            raise ContainerNotFoundError("pod sandbox %s not found" % sandbox_id)
+        return self.pod_notes.get(sandbox_id, {})
 
     def pod_cgroup_parent(self, sandbox_id: str) -> str:
         self.count("inspect_pod")

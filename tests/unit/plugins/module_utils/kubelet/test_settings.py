@@ -6,7 +6,8 @@ import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.settings import (choice, num_reserved,
-                                                                                           option_map, reserved_cpus)
+                                                                                           option_map, parse_duration,
+                                                                                           reserved_cpus)
 
 
 def test_good_values():
@@ -30,3 +31,15 @@ def test_bad_values_name_the_setting(call, text):
     with pytest.raises(ConfigError) as refused:
         call()
     assert str(refused.value).startswith(text)
+
+
+@pytest.mark.parametrize("text, seconds", [("10s", 10.0), ("500ms", 0.5), ("1m30s", 90.0), ("2", 2.0), (".5", 0.5),
+                                           ("1h", 3600.0), ("24h", 86400.0)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "0s", "-1s", "s", "1d", "25h", "1s2", "1 s"])
+def test_bad_durations(text):
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(text)

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import HousekeepingError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.housekeeping import RESCAN_SECONDS, IrqIsolation, isolate_in_pass
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.housekeeping import (RESCAN_SECONDS, IrqIsolation,
+                                                                                           isolate_in_pass, kept_off)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.plan import Plan
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.irq import IrqFS
@@ -185,3 +186,35 @@ def test_a_pass_of_the_manager_moves_interrupts_off_what_it_pins_and_check_mode_
     runtime.remove_pod("pod-g")
     released = manager.reconcile()
     assert released.changed and (affinity(root, 24), affinity(root, 25)) == ("0-7", "5")
+
+
+def test_annotated_mode_keeps_interrupts_off_the_annotated_pods_cpus_only(tmp_path):
+    root = proc_irq(tmp_path / "machine" / "proc" / "irq", {24: "0-7"})
+    topo = Topology(generated_cpus(2, 2, 2))
+    runtime = FakeRuntime(str(tmp_path / "cgroup"), "0-7", "0-1")
+    manager = NodeManager(topo, new_policy("static", topo, 1), StateStore(str(tmp_path / "state"), "static"), runtime,
+                          cgroups=CgroupFS(str(tmp_path / "cgroup")), options=ManagerOptions(irq_isolation="annotated"),
+                          sysfs_root=str(tmp_path / "machine"))
+    assert runtime.want_annotations  # the manager asks the runtime for them
+    runtime.add("pod-quiet", "app", "Guaranteed", 2000, annotations={"irq-load-balancing.crio.io": "disable"})
+    runtime.add("pod-loud", "app", "Guaranteed", 2000, annotations={"irq-load-balancing.kubecpu.io": "enable"})
+    manager.reconcile()
+    quiet = manager.store.load().get("pod-quiet", "app")
+    assert quiet is not None and CPUSet.parse(affinity(root, 24)) == CPUSet.parse("0-7").difference(quiet)
+    assert manager.irq_pods == {"pod-quiet"}
+
+
+@pytest.mark.parametrize("mode, pods, kept", [
+    ("exclusive", None, "1-2,5-7"),  # every exclusive CPU, the pod-level ones too
+    ("annotated", {"a"}, "1,5"),
+    ("annotated", {"b"}, "2,6-7"),  # its container's and its pod-level CPUs
+    ("annotated", set(), ""),
+    ("annotated", None, None),  # no runtime seen in this call: interrupts left as they are
+])
+def test_which_cpus_interrupts_keep_off(mode, pods, kept):
+    state = CPUState("static", CPUSet.parse("0,3-4"))
+    state.set("a", "app", CPUSet.parse("1,5"))
+    state.set("b", "app", CPUSet.parse("2,6"))
+    state.pod_entries["b"] = CPUSet.parse("7")
+    got = kept_off(mode, state, pods)
+    assert (None if got is None else str(got)) == kept

@@ -4,6 +4,8 @@ quotas first, shared containers shrunk before the pinned ones are pinned)."""
 
 from __future__ import annotations
 
+import pytest
+
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
@@ -158,9 +160,50 @@ def test_besteffort_idle_from_the_qos_cgroup_down_where_the_kernel_has_cpu_idle(
     assert list(read.values()) == ["1", "1", "1", "0"]  # the Burstable container is left alone
     again = Plan(state)
     targets.plan(again, state, pairs)
-    assert [a for a in again.actions if a.action == "idle"] == [] and again.to_dict()["counts"]["idle"] == 0
+    assert [a for a in again.actions if a.action == "idle"] == [] and "idle" not in again.to_dict()["counts"]
     for options, root in ((ManagerOptions(), str(v2)), (ManagerOptions(besteffort_idle=True), str(tmp_path / "v1"))):
         (v2 / info.cgroup_path.lstrip("/") / "cpu.idle").write_text("0\n")
         off = Plan(state)  # the option off; cgroup v1, where there is no cpu.idle
         CgroupTargets(TOPO, CgroupFS(root), options).plan(off, state, pairs)
         assert [a for a in off.actions if a.action == "idle"] == []
+
+
+def v2_tree(tmp_path, runtime, files):
+    """A cgroup v2 tree with the containers' cgroups holding ``files`` ({cid: {name: text}})."""
+    root = tmp_path / "v2"
+    root.mkdir(exist_ok=True)
+    (root / "cgroup.controllers").write_text("cpuset cpu\n")
+    for cid, named in files.items():
+        directory = root / runtime.infos[cid].cgroup_path.lstrip("/")
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, text in named.items():
+            (directory / name).write_text(text + "\n")
+    return root
+
+
+@pytest.mark.parametrize("annotation, cpu_max, want", [
+    ("20ms", "50000 100000", 20000),  # as asked
+    ("80ms", "50000 100000", 50000),  # at most the quota
+    ("1500us", "50000 100000", None),  # not a duration kubecpu reads: an error, nothing written
+    ("20ms", "max 100000", None),  # no quota: nothing to burst over
+])
+def test_cpu_burst_from_the_pods_annotation_bounded_by_its_quota(tmp_path, annotation, cpu_max, want):
+    runtime = FakeRuntime(str(tmp_path / "v1"), "0-7", "0-1")
+    cid = runtime.add("uid-b", "app", "Burstable", 500)
+    runtime.infos[cid] = runtime.infos[cid]._replace(annotations={"cpu-burst.kubecpu.io": annotation})
+    other = runtime.add("uid-c", "app", "Burstable", 500)  # not annotated: left alone
+    root = v2_tree(tmp_path, runtime, {cid: {"cpu.max": cpu_max, "cpu.max.burst": "0"},
+                                       other: {"cpu.max": cpu_max, "cpu.max.burst": "0"}})
+    pairs = [(runtime.listed[c], runtime.infos[c]) for c in (cid, other)]
+    state = CPUState("static", CPUSet.parse("0-7"))
+    targets = CgroupTargets(TOPO, CgroupFS(str(root)), ManagerOptions(cpu_burst=True))
+    plan = Plan(state)
+    targets.plan(plan, state, pairs)
+    targets.apply(plan, runtime)
+    burst = (root / runtime.infos[cid].cgroup_path.lstrip("/") / "cpu.max.burst").read_text().strip()
+    assert burst == str(want or 0)
+    assert (root / runtime.infos[other].cgroup_path.lstrip("/") / "cpu.max.burst").read_text().strip() == "0"
+    assert [e["kind"] for e in plan.errors] == ([] if annotation != "1500us" else ["annotation"])
+    again = Plan(state)
+    targets.plan(again, state, pairs)
+    assert [a for a in again.actions if a.action == "burst"] == []

@@ -23,6 +23,7 @@ def info(n, state=RUNNING):
 class Describer:
     name = "describer"
     live = False
+    want_annotations = False
 
     def __init__(self, gone=()):
         self.gone = set(gone)

@@ -207,6 +207,11 @@ def test_inspectp_gives_the_pod_cgroup_parent(name, parent, qos):
     assert qos_from_cgroup(found) == qos
 
 
+def test_inspectp_gives_the_pods_annotations():
+    sandbox = CAPTURES["inspectp-guaranteed"]["command"][-1]
+    assert _runtime("inspectp-guaranteed").pod_annotations(sandbox)["kubernetes.io/config.source"] == "api"
+
+
 def test_qos_falls_back_to_the_pod_sandbox_when_the_status_has_no_spec():
     """A runtime whose verbose info has no OCI spec (CRI-O's layout): one inspectp, then the QoS is known."""
     capture = CAPTURES["inspect-running-guaranteed"]

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (ContainerNotFoundError,
                                                                                  RuntimeOutputError)
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.model import (ContainerInfo, ListedContainer,
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.model import (MAX_ANNOTATION_BYTES,
+                                                                                        ContainerInfo, ListedContainer,
                                                                                         RuntimeBase, check_container_id,
+                                                                                        kubecpu_annotations,
                                                                                         quota_to_milli, shares_to_milli)
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.cri_units import milli_to_quota, milli_to_shares
 from hypothesis import given
@@ -90,3 +92,40 @@ LISTED = ListedContainer("abc", "sb1", "1", "p", "ns", "c", 0, "CONTAINER_RUNNIN
 def test_describe_asks_the_sandbox_only_when_the_status_names_no_pod_cgroup(status_qos, parent, qos, calls):
     backend = Backend(status_qos, parent)
     assert backend.describe(LISTED).qos == qos and backend.calls == calls
+
+
+@pytest.mark.parametrize("given, kept", [
+    ({"irq-load-balancing.kubecpu.io": "disable", "other": "x"}, {"irq-load-balancing.kubecpu.io": "disable"}),
+    ({"irq-load-balancing.crio.io": "disable", "cpu-burst.kubecpu.io": "20ms"},
+     {"irq-load-balancing.crio.io": "disable", "cpu-burst.kubecpu.io": "20ms"}),
+    ({"cpu-burst.kubecpu.io": "x" * (MAX_ANNOTATION_BYTES + 1)}, {}),  # too long to be one of kubecpu's
+    ({"cpu-burst.kubecpu.io": 7}, {}),  # not a string
+    ({}, {}),
+])
+def test_only_the_annotations_kubecpu_reads_are_kept(given, kept):
+    assert kubecpu_annotations(given) == kept
+
+
+class Annotated(Backend):
+    def pod_annotations(self, sandbox_id):
+        self.count("inspect_pod")
+        return {"cpu-burst.kubecpu.io": "10ms", "team": "a"}
+
+
+def test_annotations_are_asked_once_per_pod_and_only_when_wanted():
+    backend = Annotated("Burstable")
+    assert backend.describe(LISTED).annotations is None  # not wanted: not asked
+    backend.want_annotations = True
+    for _ in range(3):
+        assert backend.describe(LISTED).annotations == {"cpu-burst.kubecpu.io": "10ms"}
+    assert backend.calls == {"inspect": 4, "inspect_pod": 1}
+
+
+@pytest.mark.parametrize("annotations, good", [(None, True), ({"a": "b"}, True), ({"a": 1}, False), ([], False)])
+def test_cached_annotations_are_checked(annotations, good):
+    doc = dict(info(qos="Burstable").to_dict(), annotations=annotations)
+    if good:
+        assert ContainerInfo.from_dict(doc).annotations == annotations
+    else:
+        with pytest.raises(RuntimeOutputError, match="annotations"):
+            ContainerInfo.from_dict(doc)

@@ -47,3 +47,9 @@ def test_request_state_attempt_and_a_resize():
 
 def test_the_subscription_mask_is_a_bit_per_event_below_its_number():
     assert event_mask() == 0 and event_mask(1) == 1 and event_mask(4, 11) == 0b10000001000
+
+
+def test_the_pods_annotations_come_with_every_container_kubecpus_only():
+    pod, container = nri("/kubepods/burstable/podu-1/c1")
+    pod.annotations.update({"cpu-burst.kubecpu.io": "20ms", "kubernetes.io/config.source": "api"})
+    assert container_model(pod, container, 1)[1].annotations == {"cpu-burst.kubecpu.io": "20ms"}

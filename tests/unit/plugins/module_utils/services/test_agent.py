@@ -15,25 +15,13 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.plan import Plan
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.agent import Agent, parse_duration
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.agent import Agent
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated_cpus
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import NodeConfig
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.factory import kubelet_housekeeping
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.checkpoints import checkpoint_file
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_sysfs import build, machine
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.proc_irq import affinity, proc_irq
-
-
-@pytest.mark.parametrize("text, seconds", [("10s", 10.0), ("500ms", 0.5), ("1m30s", 90.0), ("2", 2.0), (".5", 0.5),
-                                           ("1h", 3600.0), ("24h", 86400.0)])
-def test_durations(text, seconds):
-    assert parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["", "0", "0s", "-1s", "s", "1d", "25h", "1s2", "1 s"])
-def test_bad_durations(text):
-    with pytest.raises(ValueError, match="invalid duration"):
-        parse_duration(text)
 
 
 class Node:
