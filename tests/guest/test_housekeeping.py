@@ -237,3 +237,38 @@ def test_beside_a_kubelet_that_pins_interrupts_follow_its_checkpoint(tmp_path, i
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
         log.close()
+
+
+def test_annotated_pods_keep_interrupts_off_and_a_burstable_pod_bursts(tmp_path, lab16, irqbalance_stopped):
+    """--irq-isolation annotated: only the annotated pod's CPUs lose their interrupts; --cpu-burst: a Burstable pod
+    annotated cpu-burst.kubecpu.io gets cpu.max.burst, at most its quota. The annotations come over the CRI
+    (PodSandboxStatus)."""
+    before = affinities()
+    agent = Pinner(lab16, str(tmp_path / "agent"), "agent", ["--reserved-cpus", "0", "--irq-isolation", "annotated",
+                                                             "--cpu-burst"])
+    agent.start()
+    quiet = lab16.run_pod("quiet", "Guaranteed", guaranteed(2), annotations={"irq-load-balancing.kubecpu.io": "disable"})
+    loud = lab16.run_pod("loud", "Guaranteed", guaranteed(2))
+    burst = lab16.run_pod("bursty", "Burstable", [{"name": "app", "cpu": 250, "limit": 500}],
+                          annotations={"cpu-burst.kubecpu.io": "80ms"})
+    try:
+        wait_for(lambda: {quiet["uid"], loud["uid"]} <= set(agent.entries()), 180, "both pods in the state")
+        held_quiet = cpus(agent.entries()[quiet["uid"]]["app"])
+        held_loud = cpus(agent.entries()[loud["uid"]]["app"])
+        wait_for(lambda: os.path.exists(agent.state + ".irq.json") and not on(
+            held_quiet, affinities(), set(record_of(agent.state)["refused"])), 120, "interrupts off %s" % held_quiet)
+        assert cpus(record_of(agent.state)["kept_off"]) == held_quiet
+        now = affinities()
+        loud_irqs = on(held_loud, now)
+        assert loud_irqs and all(before[irq] & held_loud <= now[irq] for irq in now)  # the other pod's CPUs: kept
+        print("annotated %s: interrupts off it; not annotated %s: %d interrupts still may use it"
+              % (sorted(held_quiet), sorted(held_loud), len(loud_irqs)))
+        cid = burst["containers"]["app"]
+        wait_for(lambda: lab16.cgroup_file(cid, "cpu.max.burst", "cpu") == "50000", 120,
+                 "cpu.max.burst at the quota (80ms asked, 50000 µs quota)")
+        print("Burstable cpu.max %s, cpu.max.burst %s" % (lab16.cgroup_file(cid, "cpu.max", "cpu"),
+                                                          lab16.cgroup_file(cid, "cpu.max.burst", "cpu")))
+    finally:
+        for pod in (quiet, loud, burst):
+            lab16.remove_pod(pod)
+        agent.stop()
