@@ -355,7 +355,7 @@ class Guest:
 # host core). "guest": pytest inside the guest; "host": pytest here against that guest (KUBECPU_GUEST names it).
 GROUPS: Dict[str, Dict[str, List[str]]] = {
     "node": {"guest": ["tests/guest/test_discovery.py", "tests/guest/test_pinning.py",
-                       "tests/guest/test_operations.py"],
+                       "tests/guest/test_operations.py", "tests/guest/test_housekeeping.py"],
              "host": ["tests/guest_host/test_kubelet_role.py"]},
     "roles": {"host": ["tests/guest_host/test_agent_role.py"]},
 }

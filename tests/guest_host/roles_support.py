@@ -37,9 +37,8 @@ def collections_path():
     return os.path.join(ROOT, ".cache", "collections")
 
 
-def playbook(guest, tmp_path, text, group="agent_nodes", extra=None, check=True, flags=()):
-    """``text`` (a playbook) run against the guest (``flags``: ansible-playbook's, e.g. --check --diff); the completed
-    process (output as text)."""
+def playbook(guest, tmp_path, text, group="agent_nodes", extra=None, check=True):
+    """``text`` (a playbook) run against the guest; the completed process (output as text)."""
     inventory = tmp_path / "inventory.ini"
     inventory.write_text(
         "[%s]\nkubecpu-guest ansible_host=127.0.0.1 ansible_port=%d ansible_user=root "
@@ -51,7 +50,6 @@ def playbook(guest, tmp_path, text, group="agent_nodes", extra=None, check=True,
     argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory), str(path)]
     if extra:
         argv += ["-e", json.dumps(extra)]
-    argv += list(flags)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
                ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_TIMEOUT="60", ANSIBLE_PIPELINING="True",
                ANSIBLE_STDOUT_CALLBACK="default",

@@ -206,3 +206,40 @@ def test_the_agent_role_checks_the_runtimes_nri_before_it_runs_the_plugin(tmp_pa
         assert proc.returncode == 0, proc.stdout[-3000:]
     else:
         assert proc.returncode != 0 and error in " ".join(proc.stdout.split()), proc.stdout[-3000:]
+
+
+HOUSEKEEPING_CHECK = """---
+- name: The kubelet role's housekeeping in check mode
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Only its drop-ins
+      ansible.builtin.include_role:
+        name: kubecpu.cpu_manager.kubelet_cpu_manager
+        tasks_from: housekeeping.yml
+"""
+
+
+@pytest.mark.parametrize("controllers, key", [("cpuset cpu io memory pids", "AllowedCPUs"), ("cpu memory", "CPUAffinity")])
+def test_the_kubelet_roles_check_mode_shows_the_drop_ins_it_would_write(tmp_path, controllers, key):
+    """With cgroup v2's cpuset: AllowedCPUs= for the slices, the scope and the services; without: CPUAffinity= for the
+    services only. Check mode writes nothing (the guest's role test applies them for real)."""
+    (tmp_path / "cgroup").mkdir()
+    (tmp_path / "cgroup" / "cgroup.controllers").write_text(controllers + "\n")
+    playbook = tmp_path / "check.yml"
+    playbook.write_text(HOUSEKEEPING_CHECK)
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    extra = {"kubelet_cpu_manager_plan": {"reserved_cpus": "0-1"}, "kubelet_cpu_manager_housekeeping": True,
+             "kubelet_cpu_manager_cgroup_root": str(tmp_path / "cgroup"), "ansible_python_interpreter": sys.executable}
+    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
+            "--check", "--diff", str(playbook), "-e", json.dumps(extra)]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    shown = json.loads(re.search(r"Show the drop-ins it would write.*?=> (\{.*?\n\})", proc.stdout, re.S).group(1))["msg"]
+    units = {path.split("/")[4][:-2]: text for path, text in shown.items()}
+    want = ["containerd.service", "init.scope", "kubelet.service", "system.slice", "user.slice"]
+    assert sorted(units) == (want if key == "AllowedCPUs" else ["containerd.service", "kubelet.service"])
+    assert all(text.endswith("\n%s=0-1\n" % key) for text in units.values())
+    assert "+AllowedCPUs=0-1" in proc.stdout or key == "CPUAffinity"  # the diff shows each file's content
+    assert not os.path.exists("/etc/systemd/system/system.slice.d/50-kubecpu-housekeeping.conf")
