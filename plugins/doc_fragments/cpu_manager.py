@@ -128,8 +128,8 @@ options:
         C(/etc/default/irqbalance); released CPUs get their interrupts back. Managed interrupts the kernel will not
         move are counted, not errors. The affinities interrupts had are recorded in C(<state_path>.irq.json).
         See C(docs/HOUSEKEEPING.md).
-      - V(annotated) does the same for the exclusive CPUs of pods annotated
-        C(irq-load-balancing.kubecpu.io: disable) only (CRI-O's C(irq-load-balancing.crio.io: disable) is read too);
+      - V(annotated) does the same for the exclusive CPUs of the pods whose annotation
+        C(irq-load-balancing.kubecpu.io) is C(disable) only (CRI-O's C(irq-load-balancing.crio.io) is read too);
         the pods' annotations come from the runtime (a pod sandbox status per new pod, or NRI's pod).
     type: str
     choices: ["off", exclusive, annotated]

@@ -45,7 +45,7 @@ def interrupt_counts():
     with open("/proc/interrupts", encoding="ascii") as handle:
         width = len(handle.readline().split())
         for line in handle:
-            name, _, rest = line.partition(":")
+            name, _colon, rest = line.partition(":")
             if name.strip().isdigit():
                 counts[int(name)] = sum(int(v) for v in rest.split()[:width] if v.isdigit())
     return counts
@@ -129,8 +129,8 @@ def test_the_agent_moves_interrupts_off_a_pinned_container_and_back(tmp_path, la
         held = settle(lab16, pod, cpus(agent.entries()[pod["uid"]]["app"]))
         record = wait_for(lambda: os.path.exists(agent.state + ".irq.json") and record_of(agent.state), 60, "record")
         refused = set(record["refused"])
-        print("before: %s default %s; held %s" % ({i: sorted(c) for i, c in before.items()}, sorted(default_before),
-                                                   sorted(held)))
+        shown = {i: sorted(c) for i, c in before.items()}
+        print("before: %s default %s; held %s" % (shown, sorted(default_before), sorted(held)))
         wait_for(lambda: not on(held, affinities(), refused), 60, "smp_affinity_list of every movable interrupt off "
                  "CPUs %s (still on: %s)" % (sorted(held), on(held, affinities(), refused)))
         during = affinities()
@@ -154,8 +154,8 @@ def test_the_agent_moves_interrupts_off_a_pinned_container_and_back(tmp_path, la
 
         assert wait_for(fired, 60, "interrupts firing")
         wait_for(delivered_off, 60, "fired interrupts delivered off %s" % held)
-        print("fired since: %s; effective now %s" % (sorted(fired()), {i: sorted(c) for i, c in
-                                                                     affinities("effective_affinity_list").items()}))
+        effective = {i: sorted(c) for i, c in affinities("effective_affinity_list").items()}
+        print("fired since: %s; effective now %s" % (sorted(fired()), effective))
         lab16.remove_pod(pod)
         wait_for(lambda: pod["uid"] not in agent.entries(), 180, "the pod released")
         wait_for(lambda: affinities() == before, 60, "every affinity back (differ: %s)" % {
@@ -185,8 +185,8 @@ def test_the_plugin_tells_a_running_irqbalance_and_never_restarts_it(tmp_path, l
                 wait_for(lambda: balance.banned(daemon[1]) == CPUSet(held), 60, "irqbalance banning %s" % held)
                 refused = set(record_of(plugin.state)["refused"])
                 wait_for(lambda: not on(held, affinities(), refused), 60, "interrupts off %s" % held)
-                print("%s: irqbalance (pid %d) bans %s; %s says %s" % (name, daemon[0], balance.banned(daemon[1]),
-                                                                      ENV_FILE, env_setting()))
+                print("%s: irqbalance (pid %d) bans %s; %s says %s"
+                      % (name, daemon[0], balance.banned(daemon[1]), ENV_FILE, env_setting()))
                 assert env_setting() == "%s=%s" % (ENV_NAME, CPUSet(held))
             for pod in made:
                 lab17.remove_pod(pod)

@@ -94,9 +94,23 @@ class IrqIsolation:
         self.irqbalance = irqbalance or IrqBalance()
         self.clock = clock
         self.scanned: Optional[float] = None  # when this process last read every interrupt
+        self.deferred = False  # apply() only notes what to keep off; flush() does it (the NRI plugin, after its reply)
+        self.pending: Optional[CPUSet] = None
 
     def apply(self, keep_off: CPUSet, apply: bool = True) -> Dict[str, Any]:
-        """Interrupt affinities (and irqbalance) around ``keep_off``; what changed, or would with ``apply`` False."""
+        """Interrupt affinities (and irqbalance) around ``keep_off``; what changed, or would with ``apply`` False.
+        While ``deferred``, an applied change waits for ``flush``."""
+        if self.deferred and apply:
+            self.pending = keep_off
+            return {"kept_off": str(keep_off.intersection(self.online)), "deferred": True}
+        return self._apply(keep_off, apply)
+
+    def flush(self) -> Optional[Dict[str, Any]]:
+        """What ``apply`` deferred, done now (under the state lock); None when nothing waits."""
+        keep_off, self.pending = self.pending, None
+        return None if keep_off is None else self._apply(keep_off, True)
+
+    def _apply(self, keep_off: CPUSet, apply: bool) -> Dict[str, Any]:
         keep_off = keep_off.intersection(self.online)
         record = self.record.load()
         loaded = json.dumps(record, sort_keys=True)
@@ -113,45 +127,58 @@ class IrqIsolation:
 
     def _scan(self, record: Dict[str, Any], keep_off: CPUSet, changed: bool, report: Dict[str, Any],
               apply: bool) -> None:
+        """Every interrupt read; each one's decision made once per distinct (affinity, recorded original): on a big
+        node most interrupts share a few affinities, and the CPU-set arithmetic costs more than the read."""
         originals: Dict[str, str] = record["originals"]
         refused = []
-        keys = [str(irq) for irq in self.irqs.irqs()] + [DEFAULT_KEY]
-        for key in keys:
-            current = self.irqs.default_affinity() if key == DEFAULT_KEY else self.irqs.affinity(int(key))
-            if current is None:
+        decided: Dict[Tuple[str, Optional[str]], Tuple[Optional[str], Optional[str]]] = {}
+        entries = [(str(irq), self.irqs.affinity_text(irq)) for irq in self.irqs.irqs()]
+        default = self.irqs.default_affinity()
+        entries.append((DEFAULT_KEY, None if default is None else str(default)))
+        for key, text in entries:
+            if text is None:
                 originals.pop(key, None)
                 continue
             known = originals.get(key)
-            original = current if known is None else CPUSet.parse(known)
-            if current.intersection(keep_off):
-                want = original.difference(keep_off) or self.online.difference(keep_off)
-            elif known is not None and not original.intersection(keep_off):
-                want = original  # every CPU it had is free again
-            elif known is not None and changed:
-                want = original.difference(keep_off)  # some of its CPUs are free again
-            else:
-                continue
-            if not want or want == current:
-                if want == original:
-                    originals.pop(key, None)
-                continue
-            done = True
-            if apply:
-                write = self.irqs.set_default_affinity if key == DEFAULT_KEY else (
-                    lambda cpus, irq=int(key): self.irqs.set_affinity(irq, cpus))
-                done = write(want)
-            if not done:
-                refused.append(key)
-                continue
-            report["updated"].append({"irq": key, "from": str(current), "to": str(want)})
-            if want == original:
+            if (text, known) not in decided:
+                decided[(text, known)] = self._decide(text, known, keep_off, changed)
+            write, after = decided[(text, known)]
+            if write is not None:
+                if apply and not (self.irqs.set_default_affinity(CPUSet.parse(write)) if key == DEFAULT_KEY
+                                  else self.irqs.set_affinity_text(int(key), write)):
+                    refused.append(key)
+                    continue
+                report["updated"].append({"irq": key, "from": text, "to": write})
+            if after is None:
                 originals.pop(key, None)
             else:
-                originals[key] = str(original)
+                originals[key] = after
         record["refused"] = report["refused"] = [int(key) for key in refused if key != DEFAULT_KEY]
-        report["interrupts"] = len(keys) - 1
+        report["interrupts"] = len(entries) - 1
         if apply:
             self.scanned = self.clock()
+
+    def _decide(self, text: str, known: Optional[str], keep_off: CPUSet,
+                changed: bool) -> Tuple[Optional[str], Optional[str]]:
+        """For an interrupt whose affinity reads ``text`` and whose recorded original is ``known``: the affinity to
+        write (None: none), and the original to record after it (None: no record)."""
+        try:
+            current = CPUSet.parse(text)
+        except CPUSetError:
+            return None, known  # not a CPU list: left alone
+        original = current if known is None else CPUSet.parse(known)
+        if current.intersection(keep_off):
+            want = original.difference(keep_off) or self.online.difference(keep_off)
+        elif known is not None and not original.intersection(keep_off):
+            want = original  # every CPU it had is free again
+        elif known is not None and changed:
+            want = original.difference(keep_off)  # some of its CPUs are free again
+        else:
+            return None, known
+        after = None if want == original else str(original)
+        if not want or want == current:
+            return None, (None if want == original else known)
+        return str(want), after
 
     def _tell_irqbalance(self, record: Dict[str, Any], keep_off: CPUSet, report: Dict[str, Any], apply: bool) -> None:
         """Once per change of the set: the running daemon through its socket, its next start through its file."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import os
 import time
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 from ..atomic import atomic_write
 from ..kubelet.cpuset import CPUSet
@@ -78,10 +78,7 @@ class Metrics:
                 self.inc("kubecpu_released_total")
             elif kind == "resize":
                 self.inc("kubecpu_resizes_total")
-        housekeeping = dict(plan_doc.get("housekeeping") or {})  # type: ignore[call-overload]
-        if housekeeping:
-            self.inc("kubecpu_irq_affinity_updates_total", len(housekeeping.get("updated") or []))
-            self.set("kubecpu_irq_affinity_refused", len(housekeeping.get("refused") or []))
+        self.observe_housekeeping(dict(plan_doc.get("housekeeping") or {}))  # type: ignore[call-overload]
         for error in list(plan_doc.get("errors") or []):  # type: ignore[call-overload]
             if error.get("kind") == "allocation":
                 self.inc("cpu_manager_pinning_requests_total")
@@ -92,6 +89,12 @@ class Metrics:
                 self.inc("kubecpu_irq_errors_total")
             else:
                 self.inc("kubecpu_update_errors_total")
+
+    def observe_housekeeping(self, report: Dict[str, Any]) -> None:
+        """A pass's interrupt isolation (``IrqIsolation.apply``'s report); a deferred one is counted when done."""
+        if report and not report.get("deferred"):
+            self.inc("kubecpu_irq_affinity_updates_total", len(report.get("updated") or []))
+            self.set("kubecpu_irq_affinity_refused", len(report.get("refused") or []))
 
     def record(self, plan_doc: Dict[str, object], seconds: float, topo: Topology, state: CPUState,
                reserved: CPUSet) -> None:

@@ -70,6 +70,10 @@ class IrqFS:
         """What the interrupt may run on; None when it is gone or unreadable."""
         return self._list("%d/smp_affinity_list" % irq)
 
+    def affinity_text(self, irq: int) -> Optional[str]:
+        """The same as the kernel prints it (a canonical CPU list), unparsed; None when it is gone or unreadable."""
+        return self._read("%d/smp_affinity_list" % irq)
+
     def effective(self, irq: int) -> Optional[CPUSet]:
         """Where the kernel delivers it now (None where the kernel does not say)."""
         return self._list("%d/effective_affinity_list" % irq)
@@ -84,7 +88,11 @@ class IrqFS:
     def set_affinity(self, irq: int, cpus: CPUSet) -> bool:
         """Write the interrupt's affinity. False when the kernel refuses it for a managed interrupt (EIO) or the
         interrupt has gone; HousekeepingError for anything else (no permission, a read-only procfs)."""
-        return self._write("%d/smp_affinity_list" % irq, str(cpus))
+        return self.set_affinity_text(irq, str(cpus))
+
+    def set_affinity_text(self, irq: int, text: str) -> bool:
+        """``set_affinity`` with the CPU list already as text."""
+        return self._write("%d/smp_affinity_list" % irq, text)
 
     def set_default_affinity(self, cpus: CPUSet) -> bool:
         return self._write(DEFAULT_AFFINITY, format_mask(cpus))

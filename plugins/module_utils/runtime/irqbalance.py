@@ -56,8 +56,8 @@ class IrqBalance:
             sock.settimeout(self.timeout)
             sock.connect(path)
             credentials = struct.pack("iII", os.getpid(), os.getuid(), os.getgid())
-            sock.sendmsg([command.encode("ascii")],
-                           [(socket.SOL_SOCKET, getattr(socket, "SCM_CREDENTIALS", 2), credentials)])
+            ancillary = [(socket.SOL_SOCKET, getattr(socket, "SCM_CREDENTIALS", 2), credentials)]
+            sock.sendmsg([command.encode("ascii")], ancillary)
             if not reply:
                 return b""
             chunks: List[bytes] = []

@@ -33,7 +33,7 @@ import signal
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, TextIO, Tuple
 
-from ..errors import ContainerNotFoundError, KubecpuError, MessageError, StateError, StoreError
+from ..errors import ContainerNotFoundError, HousekeepingError, KubecpuError, MessageError, StateError, StoreError
 from ..kubelet.cpuset import CPUSet
 from ..node.manager import NodeManager
 from ..node.metrics import Metrics
@@ -128,6 +128,8 @@ class NRIPlugin:
         self.retry: Set[str] = set()  # pods whose allocation or resize failed: in the scope of every pass
         self.metrics_due = False
         manager.baselines.deferred = True  # written after the reply (serve_connection): a lost one is taken again
+        if manager.irq is not None:  # interrupts too: a container's creation does not wait for /proc/irq
+            manager.irq.deferred = True
         self.handlers: Dict[str, Callable[[bytes], Any]] = {
             "Configure": self._on_configure, "Synchronize": self._on_synchronize,
             "CreateContainer": self._on_create_container, "UpdateContainer": self._on_update_container,
@@ -189,13 +191,26 @@ class NRIPlugin:
             self.channel = None
 
     def _after_replies(self) -> None:
-        """What the replies did not wait for: the resize baselines and the metrics file."""
+        """What the replies did not wait for: the resize baselines, the interrupts and the metrics file."""
         try:
             if self.manager.baselines.pending:
                 with self.manager.store.locked():  # every write of the node's files is under the state lock
                     self.manager.baselines.flush()
         except StoreError as exc:
             self._say("error", str(exc))
+        irq = self.manager.irq
+        if irq is not None and irq.pending is not None:
+            try:
+                with self.manager.store.locked():
+                    report = irq.flush() or {}
+                self.metrics.observe_housekeeping(report)
+                if report.get("updated"):
+                    self._say("info", "interrupts kept off %s" % report["kept_off"],
+                              updated=len(report["updated"]), refused=report["refused"])
+            except (StoreError, HousekeepingError) as exc:
+                self.metrics.inc("kubecpu_irq_errors_total")
+                self._say("error", str(exc))
+            self.metrics_due = True
         if self.metrics_due:
             self.metrics_due = False
             write_metrics(self.metrics, self.metrics_path, self.log)

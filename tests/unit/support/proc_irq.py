@@ -37,8 +37,8 @@ class ManagedIrqFS(IrqFS):
         super().__init__(root)
         self.managed = set(managed)
 
-    def set_affinity(self, irq, cpus):
-        return False if irq in self.managed else super().set_affinity(irq, cpus)
+    def set_affinity_text(self, irq, text):
+        return False if irq in self.managed else super().set_affinity_text(irq, text)
 
 
 class FakeIrqBalance:
@@ -61,7 +61,7 @@ class FakeIrqBalance:
     def _serve(self):
         while True:
             try:
-                conn, _ = self.server.accept()
+                conn, _address = self.server.accept()
             except OSError:
                 return
             with conn:

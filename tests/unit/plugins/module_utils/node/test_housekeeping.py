@@ -10,14 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import HousekeepingError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.housekeeping import (RESCAN_SECONDS, IrqIsolation,
-                                                                                           isolate_in_pass, kept_off)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.housekeeping import RESCAN_SECONDS, IrqIsolation
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.housekeeping import isolate_in_pass, kept_off
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.plan import Plan
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.irq import IrqFS
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.irqbalance import IrqBalance
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support.proc_irq import (FakeIrqBalance, ManagedIrqFS,
-                                                                                   affinity, proc_irq)
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.proc_irq import FakeIrqBalance, ManagedIrqFS
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.proc_irq import affinity, proc_irq
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import ManagerOptions
@@ -144,8 +144,7 @@ def test_a_failure_is_the_passs_error_not_the_passs_end(tmp_path):
 @given(st.lists(st.frozensets(st.integers(0, 7), min_size=1), min_size=1, max_size=6),
        st.lists(st.frozensets(st.integers(0, 7), max_size=7), min_size=1, max_size=5),
        st.frozensets(st.integers(0, 5)))
-def test_no_movable_interrupt_stays_on_a_held_cpu_and_release_restores_all(tmp_path_factory, originals, sets,
-                                                                            managed):
+def test_no_movable_interrupt_stays_on_a_held_cpu_and_release_restores_all(tmp_path_factory, originals, sets, managed):
     tmp_path = tmp_path_factory.mktemp("irq")
     irqs = {index: str(CPUSet(cpus)) for index, cpus in enumerate(originals)}
     managed = {irq for irq in managed if irq in irqs}

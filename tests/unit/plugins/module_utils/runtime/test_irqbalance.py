@@ -47,8 +47,9 @@ def test_a_daemon_that_is_not_there_or_floods_is_an_error_naming_it(tmp_path):
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(1)
+
     def flood():
-        conn, _ = server.accept()
+        conn, _address = server.accept()
         conn.recv(100)
         try:
             conn.sendall(b"x" * (MAX_REPLY_BYTES + 10))

@@ -116,7 +116,7 @@ def test_annotations_are_asked_once_per_pod_and_only_when_wanted():
     backend = Annotated("Burstable")
     assert backend.describe(LISTED).annotations is None  # not wanted: not asked
     backend.want_annotations = True
-    for _ in range(3):
+    for _attempt in range(3):
         assert backend.describe(LISTED).annotations == {"cpu-burst.kubecpu.io": "10ms"}
     assert backend.calls == {"inspect": 4, "inspect_pod": 1}
 

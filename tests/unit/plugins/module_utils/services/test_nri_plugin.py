@@ -13,6 +13,8 @@ import json
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import ManagerOptions
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.manager import NodeManager
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroups import CgroupFS
@@ -21,6 +23,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.nri_ap
                                                                                           schema)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.nri_plugin import EVENTS, NRIPlugin, NRIView
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated_cpus
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.proc_irq import affinity, proc_irq
 
 PB = schema()
 TOPO = Topology(generated_cpus(2, 2, 2))
@@ -262,3 +265,21 @@ def test_messages_for_nobody_are_dropped_and_do_not_slow_the_next_requests(proce
         alive_and_answering(proc, runtime, uid="r%d" % round_)
         timings.append(time.monotonic() - started)
     assert max(timings[1:]) < 3 * timings[0] + 0.5, timings  # flat, not growing with the junk behind it
+
+
+def test_interrupts_move_after_the_reply_not_before_it(tmp_path):
+    """With irq isolation the CreateContainer reply does not wait for /proc/irq: the plugin moves the interrupts once
+    its replies are sent, under the state lock, and counts them in its metrics."""
+    irq = proc_irq(tmp_path / "machine" / "proc" / "irq", {24: "0-7"})
+    view = NRIView()
+    manager = NodeManager(TOPO, new_policy("static", TOPO, 1), StateStore(str(tmp_path / "state")), view,
+                          cgroups=CgroupFS(str(tmp_path / "cgroup")), options=ManagerOptions(irq_isolation="exclusive"),
+                          sysfs_root=str(tmp_path / "machine"))
+    served = NRIPlugin(manager, view, io.StringIO())
+    reply = create(served, "u1", "app", 2000)
+    held = reply.adjust.linux.resources.cpu.cpus
+    assert held and affinity(irq, 24) == "0-7" and manager.irq.pending is not None  # not yet
+    served._after_replies()
+    assert CPUSet.parse(affinity(irq, 24)) == CPUSet.parse("0-7").difference(CPUSet.parse(held))
+    assert manager.irq.pending is None
+    assert served.metrics.counters[("kubecpu_irq_affinity_updates_total", ())] == 2  # the interrupt and the default
