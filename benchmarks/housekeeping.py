@@ -49,7 +49,7 @@ def passes(irqs, mode, samples):
     """(steady p50, p99), (one more pinned p50, p99) in ms."""
     with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as directory:
         manager, runtime = node(directory, irqs, mode)
-        steady = [timed(manager.reconcile) * 1000 for _ in range(samples)]
+        steady = [timed(manager.reconcile) * 1000 for _sample in range(samples)]
         pinning = []
         for n in range(samples):
             runtime.add("extra-%d" % n, "app", "Guaranteed", 2000)
@@ -79,7 +79,7 @@ def main():
             online = CPUSet(os.sched_getaffinity(0))
             isolation = IrqIsolation(online, os.path.join(directory, "r.json"), irqs)
             held = CPUSet([max(online)]) if len(online) > 1 else CPUSet()
-            scans = [timed(lambda: isolation.apply(held, apply=False)) * 1000 for _ in range(samples)]
+            scans = [timed(lambda: isolation.apply(held, apply=False)) * 1000 for _sample in range(samples)]
             print("this machine's /proc/irq, %d interrupts read in full (check mode): p50 %.3f ms, p99 %.3f ms"
                   % (len(listed), *percentiles(scans)))
 

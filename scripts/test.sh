@@ -94,6 +94,7 @@ python benchmarks/state.py --quick
 python benchmarks/reconcile.py --quick
 python benchmarks/fleet.py --quick
 python benchmarks/defrag.py --quick
+python benchmarks/housekeeping.py --quick
 python benchmarks/hook.py --quick
 
 stage "guest stage: waiting for it, then its output"

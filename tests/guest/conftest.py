@@ -79,6 +79,22 @@ def driver(request):
     return request.param
 
 
+@pytest.fixture(scope="module")
+def lab16():
+    """containerd 1.6 (Debian 12's, no NRI, no CRI events), systemd cgroup driver."""
+    with make_lab("systemd") as lab:
+        lab.driver = "systemd"
+        yield lab
+
+
+@pytest.fixture(scope="module")
+def lab17():
+    """containerd 1.7.24 with NRI and CRI events, cgroupfs driver."""
+    with make_lab("cgroupfs", nri=True) as lab:
+        lab.driver = "cgroupfs"
+        yield lab
+
+
 def make_lab(driver, nri=False):
     binaries = NRI_BINARIES if nri else None
     if nri and not os.path.exists(os.path.join(NRI_BINARIES, "containerd")):

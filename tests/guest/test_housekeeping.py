@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 from checkpoints import checkpoint_file
-from conftest import KUBECPU, Pinner, cpus, guaranteed, make_lab, settle, wait_for
+from conftest import KUBECPU, Pinner, cpus, guaranteed, settle, wait_for
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import HousekeepingError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
@@ -90,16 +90,6 @@ def fixture_irqbalance_stopped():
     yield
 
 
-@pytest.fixture(name="lab16")
-def fixture_lab16():
-    with make_lab("systemd") as lab:
-        yield lab
-
-
-@pytest.fixture(name="lab17")
-def fixture_lab17():
-    with make_lab("cgroupfs", nri=True) as lab:
-        yield lab
 
 
 def idle_levels(lab, cid):

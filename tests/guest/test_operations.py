@@ -10,21 +10,11 @@ import os
 
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ContainerRuntimeError
-from conftest import ALL, SHARED, SIBLINGS, Pinner, cpus, guaranteed, kubecpu, make_lab, proc_status, settle, wait_for
+from conftest import ALL, SHARED, SIBLINGS, Pinner, cpus, guaranteed, kubecpu, proc_status, settle, wait_for
 
 TIMEOUT = ["--runtime-timeout", "30"]  # a guest vCPU is 25-30x slower than the host's
 
 
-@pytest.fixture(scope="module")
-def lab16():
-    with make_lab("systemd") as lab:
-        yield lab
-
-
-@pytest.fixture(scope="module")
-def lab17():
-    with make_lab("cgroupfs", nri=True) as lab:
-        yield lab
 
 
 @pytest.fixture

@@ -11,23 +11,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import ALL, NUMA, SHARED, SIBLINGS, Pinner, cpus, guaranteed, make_lab, proc_status, settle, wait_for
+from conftest import ALL, NUMA, SHARED, SIBLINGS, Pinner, cpus, guaranteed, proc_status, settle, wait_for
 
 
-@pytest.fixture(scope="module")
-def lab16():
-    """containerd 1.6 (Debian 12's, no NRI, no CRI events), systemd cgroup driver."""
-    with make_lab("systemd") as lab:
-        lab.driver = "systemd"
-        yield lab
-
-
-@pytest.fixture(scope="module")
-def lab17():
-    """containerd 1.7.24 with NRI and CRI events, cgroupfs driver."""
-    with make_lab("cgroupfs", nri=True) as lab:
-        lab.driver = "cgroupfs"
-        yield lab
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from ..errors import CPUSetError, HousekeepingError
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology
-from ..runtime.irq import IrqFS
+from ..runtime.irq import IrqFS, read_bounded
 from ..runtime.irqbalance import IrqBalance
 from ..runtime.model import ContainerInfo
 from .plan import Plan
@@ -48,15 +48,9 @@ class IrqRecord:
 
     def load(self) -> Dict[str, Any]:
         empty: Dict[str, Any] = {"kept_off": "", "originals": {}, "banned": None, "refused": []}
-        if not self.path:
+        data = read_bounded(self.path, MAX_RECORD_BYTES) if self.path else None
+        if data is None:
             return empty
-        try:
-            with open(self.path, "rb") as handle:
-                data = handle.read(MAX_RECORD_BYTES + 1)
-        except FileNotFoundError:
-            return empty
-        except OSError as exc:
-            raise HousekeepingError("cannot read %s: %s" % (self.path, exc.strerror or exc)) from None
         try:
             if len(data) > MAX_RECORD_BYTES:
                 raise ValueError("larger than %d bytes" % MAX_RECORD_BYTES)

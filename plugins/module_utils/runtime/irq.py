@@ -23,6 +23,18 @@ MAX_IRQ_FILE_BYTES = 4096  # a CPU list or mask: 1,024 CPUs as a mask is 287 byt
 DEFAULT_AFFINITY = "default_smp_affinity"
 
 
+def read_bounded(path: str, limit: int) -> Optional[bytes]:
+    """A file of kubecpu's housekeeping (its record, irqbalance's environment file), at most ``limit`` + 1 bytes (the
+    caller refuses more); None when it does not exist, HousekeepingError when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(limit + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise HousekeepingError("cannot read %s: %s" % (path, exc.strerror or exc)) from None
+
+
 def format_mask(cpus: CPUSet) -> str:
     """A CPU set as the kernel's bitmap text: 32-bit hex words, comma-separated, the highest first ("ff",
     "1,00000000")."""

@@ -19,6 +19,7 @@ from typing import List, Optional, Tuple
 from ..atomic import atomic_write
 from ..errors import CPUSetError, HousekeepingError
 from ..kubelet.cpuset import CPUSet
+from .irq import read_bounded
 
 SOCKET_DIR = "/run/irqbalance"
 ENV_FILE = "/etc/default/irqbalance"
@@ -92,13 +93,9 @@ class IrqBalance:
     def persist(self, cpus: CPUSet, apply: bool = True) -> bool:
         """``IRQBALANCE_BANNED_CPULIST`` in the environment file for the daemon's next start (the line removed when
         ``cpus`` is empty). Only where the file exists (irqbalance is installed); True when it changes."""
-        try:
-            with open(self.env_file, "rb") as handle:
-                data = handle.read(MAX_ENV_FILE_BYTES + 1)
-        except FileNotFoundError:
+        data = read_bounded(self.env_file, MAX_ENV_FILE_BYTES)
+        if data is None:
             return False
-        except OSError as exc:
-            raise HousekeepingError("cannot read %s: %s" % (self.env_file, exc.strerror)) from None
         if len(data) > MAX_ENV_FILE_BYTES:
             raise HousekeepingError("%s is larger than %d bytes: left alone" % (self.env_file, MAX_ENV_FILE_BYTES))
         text = data.decode("utf-8", "replace")
