@@ -45,12 +45,16 @@ class IrqRecord:
 
     def __init__(self, path: Optional[str]) -> None:
         self.path = path
+        self._known: Optional[Tuple[bytes, Dict[str, Any]]] = None  # the file as this process last read or wrote it
 
     def load(self) -> Dict[str, Any]:
+        """The record (a copy of its own: the caller changes it); the same bytes as last time are not parsed again."""
         empty: Dict[str, Any] = {"kept_off": "", "originals": {}, "banned": None, "refused": []}
         data = read_bounded(self.path, MAX_RECORD_BYTES) if self.path else None
         if data is None:
             return empty
+        if self._known is not None and self._known[0] == data:
+            return _copy(self._known[1])
         try:
             if len(data) > MAX_RECORD_BYTES:
                 raise ValueError("larger than %d bytes" % MAX_RECORD_BYTES)
@@ -65,6 +69,7 @@ class IrqRecord:
             raise HousekeepingError("interrupt record %s is unreadable (%s): kept as it is, interrupts left alone; "
                                     "move the file aside once their affinities are as they should be"
                                     % (self.path, exc)) from None
+        self._known = (data, _copy(record))
         return record
 
     def save(self, record: Dict[str, Any]) -> None:
@@ -75,6 +80,11 @@ class IrqRecord:
             atomic_write(self.path, data, durable=True)
         except OSError as exc:
             raise HousekeepingError("cannot write %s: %s" % (self.path, exc.strerror or exc)) from None
+        self._known = (data, _copy(record))
+
+
+def _copy(record: Dict[str, Any]) -> Dict[str, Any]:
+    return dict(record, originals=dict(record["originals"]), refused=list(record["refused"]))
 
 
 class IrqIsolation:
@@ -107,7 +117,7 @@ class IrqIsolation:
     def _apply(self, keep_off: CPUSet, apply: bool) -> Dict[str, Any]:
         keep_off = keep_off.intersection(self.online)
         record = self.record.load()
-        loaded = json.dumps(record, sort_keys=True)
+        loaded = _copy(record)
         before = CPUSet.parse(record["kept_off"])
         report: Dict[str, Any] = {"kept_off": str(keep_off), "updated": [], "refused": record["refused"]}
         due = self.scanned is None or self.clock() - self.scanned >= RESCAN_SECONDS
@@ -115,7 +125,7 @@ class IrqIsolation:
             self._scan(record, keep_off, keep_off != before, report, apply)
         record["kept_off"] = str(keep_off)
         self._tell_irqbalance(record, keep_off, report, apply)
-        if apply and json.dumps(record, sort_keys=True) != loaded:
+        if apply and record != loaded:
             self.record.save(record)
         return report
 
