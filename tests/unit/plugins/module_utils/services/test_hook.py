@@ -24,12 +24,14 @@ import time
 
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import ManagerOptions
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.hook import HookRefusal
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.hook_node import ALL, ROOT, Node
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.cli_run import run as cli_run
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.proc_irq import affinity, proc_irq
 
 
 @pytest.fixture(params=["v1", "v2"])
@@ -194,3 +196,15 @@ def test_killed_at_any_moment_the_state_is_one_complete_generation(node):
         assert held is None or held.isdisjoint(saved.default)
         outcomes.append((proc.returncode, held is not None))
     assert outcomes[0] == (0, True) and all(done for code, done in outcomes if code == 0), outcomes
+
+
+def test_with_irq_isolation_the_hook_moves_interrupts_off_what_it_allocates(tmp_path):
+    node = Node(tmp_path, True)
+    irq = proc_irq(os.path.join(node.sysfs, "proc", "irq"), {24: "0-7", 25: "0-3"})
+    app = node.container("Guaranteed", 2000)
+    result = node.run(app, options=ManagerOptions(irq_isolation="exclusive"))
+    held = CPUSet.parse(result.cpus)
+    assert result.action == "allocated" and len(held) == 2
+    assert CPUSet.parse(affinity(irq, 24)) == ALL.difference(held)
+    assert CPUSet.parse(affinity(irq, 25)) == CPUSet.parse("0-3").difference(held)
+    assert os.path.exists(node.state + ".irq.json")  # what they had, for when the CPUs are released
