@@ -90,8 +90,6 @@ def fixture_irqbalance_stopped():
     yield
 
 
-
-
 def idle_levels(lab, cid):
     """``cpu.idle`` of a container's cgroup, its pod's and its QoS cgroup's (cgroup v2)."""
     container = lab.cgroup_dir(cid, "cpu")

@@ -15,8 +15,6 @@ from conftest import ALL, SHARED, SIBLINGS, Pinner, cpus, guaranteed, kubecpu, p
 TIMEOUT = ["--runtime-timeout", "30"]  # a guest vCPU is 25-30x slower than the host's
 
 
-
-
 @pytest.fixture
 def made(lab16):
     pods = []

@@ -14,8 +14,6 @@ import pytest
 from conftest import ALL, NUMA, SHARED, SIBLINGS, Pinner, cpus, guaranteed, proc_status, settle, wait_for
 
 
-
-
 @pytest.fixture
 def pods():
     made = []
