@@ -87,6 +87,13 @@ def _copy(record: Dict[str, Any]) -> Dict[str, Any]:
     return dict(record, originals=dict(record["originals"]), refused=list(record["refused"]))
 
 
+def _set_original(originals: Dict[str, str], key: str, original: Optional[str]) -> None:
+    if original is None:
+        originals.pop(key, None)
+    else:
+        originals[key] = original
+
+
 class IrqIsolation:
     """Interrupt affinity around a set of CPUs to keep clear (``apply``), on the ``online`` CPUs."""
 
@@ -132,13 +139,14 @@ class IrqIsolation:
     def _scan(self, record: Dict[str, Any], keep_off: CPUSet, changed: bool, report: Dict[str, Any],
               apply: bool) -> None:
         """Every interrupt read; each one's decision made once per distinct (affinity, recorded original): on a big
-        node most interrupts share a few affinities, and the CPU-set arithmetic costs more than the read."""
+        node most interrupts share a few affinities, and the CPU-set arithmetic costs more than the read. The record
+        holds every original to give back before the first write: a crash between the writes loses none of them."""
         originals: Dict[str, str] = record["originals"]
-        refused = []
         decided: Dict[Tuple[str, Optional[str]], Tuple[Optional[str], Optional[str]]] = {}
         entries = [(str(irq), self.irqs.affinity_text(irq)) for irq in self.irqs.irqs()]
         default = self.irqs.default_affinity()
         entries.append((DEFAULT_KEY, None if default is None else str(default)))
+        writes = []
         for key, text in entries:
             if text is None:
                 originals.pop(key, None)
@@ -148,15 +156,20 @@ class IrqIsolation:
                 decided[(text, known)] = self._decide(text, known, keep_off, changed)
             write, after = decided[(text, known)]
             if write is not None:
-                if apply and not (self.irqs.set_default_affinity(CPUSet.parse(write)) if key == DEFAULT_KEY
-                                  else self.irqs.set_affinity_text(int(key), write)):
-                    refused.append(key)
-                    continue
-                report["updated"].append({"irq": key, "from": text, "to": write})
-            if after is None:
-                originals.pop(key, None)
-            else:
-                originals[key] = after
+                writes.append((key, text, write, known, after))
+                after = after or known  # recorded until the write is done
+            _set_original(originals, key, after)
+        if apply and writes:
+            self.record.save(record)
+        refused = []
+        for key, text, write, known, after in writes:
+            if apply and not (self.irqs.set_default_affinity(CPUSet.parse(write)) if key == DEFAULT_KEY
+                              else self.irqs.set_affinity_text(int(key), write)):
+                refused.append(key)
+                _set_original(originals, key, known)
+                continue
+            report["updated"].append({"irq": key, "from": text, "to": write})
+            _set_original(originals, key, after)
         record["refused"] = report["refused"] = [int(key) for key in refused if key != DEFAULT_KEY]
         report["interrupts"] = len(entries) - 1
         if apply:

@@ -83,6 +83,45 @@ def test_managed_interrupts_are_counted_not_errors(tmp_path):
     assert "40" not in isolate.record.load()["originals"]
 
 
+class Crash(Exception):
+    """The process killed between two writes."""
+
+
+class CrashingIrqFS(IrqFS):
+    def __init__(self, root, writes):
+        super().__init__(root)
+        self.writes = writes
+
+    def _crash_when_due(self):
+        if not self.writes:
+            raise Crash()
+        self.writes -= 1
+
+    def set_affinity_text(self, irq, text):
+        self._crash_when_due()
+        return super().set_affinity_text(irq, text)
+
+    def set_default_affinity(self, cpus):
+        self._crash_when_due()
+        return super().set_default_affinity(cpus)
+
+
+@pytest.mark.parametrize("writes", [0, 1, 2])
+@pytest.mark.parametrize("first, then", [("4-7", "6-7"), ("", "4-7"), ("6-7", "")])
+def test_a_crash_between_the_writes_loses_no_original(tmp_path, writes, first, then):
+    """The record holds every original before the first write: the next process gives back what each had."""
+    irqs = {24: "0-7", 25: "4", 26: "0-3", 27: "4-6"}
+    root = proc_irq(tmp_path / "irq", irqs)
+    record = str(tmp_path / "state.irq.json")
+    IrqIsolation(ONLINE, record, IrqFS(root), IrqBalance(str(tmp_path / "run"))).apply(CPUSet.parse(first))
+    with pytest.raises(Crash):
+        IrqIsolation(ONLINE, record, CrashingIrqFS(root, writes), IrqBalance(str(tmp_path / "run"))).apply(
+            CPUSet.parse(then))
+    IrqIsolation(ONLINE, record, IrqFS(root), IrqBalance(str(tmp_path / "run"))).apply(CPUSet())
+    assert {irq: affinity(root, irq) for irq in irqs} == irqs
+    assert default_mask(root) == "ff"
+
+
 def test_check_mode_reports_and_writes_nothing(tmp_path):
     isolate, root, _clock = isolation(tmp_path, {24: "0-7"})
     report = isolate.apply(CPUSet.parse("4-7"), apply=False)
