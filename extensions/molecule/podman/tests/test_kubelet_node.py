@@ -1,7 +1,7 @@
 """The kubelet node after the podman scenario: migrated from policy none to static with a drain, then (side effect)
 changed six times without a drain on a 4-CPU machine and drained once more on its own 2 CPUs; every checkpoint
 replaced kept beside it, the kubelet healthy and not restarting, only the CPU manager keys changed in its
-configuration."""
+configuration; the housekeeping drop-ins converge wrote taken out again."""
 
 import json
 import time
@@ -47,3 +47,12 @@ def test_kubelet_healthy_and_not_restarting(host):
                                "print(urllib.request.urlopen('http://127.0.0.1:10248/healthz').read().decode())\"")
     assert health == "ok"
     assert host.check_output("systemctl show --property=NRestarts --value kubelet") == before
+
+
+def test_housekeeping_left_nothing_behind(host):
+    """Converge confined the kubelet's service to the reserved CPU (CPUAffinity=), the side effect turned it off: no
+    drop-in left, and the kubelet, restarted since, may use every CPU."""
+    assert host.check_output("find /etc/systemd/system -name 50-kubecpu-housekeeping.conf") == ""
+    pid = host.check_output("systemctl show --property=MainPID --value kubelet")
+    allowed = host.check_output("grep -h Cpus_allowed_list /proc/%s/status" % pid).split(":")[1].strip()
+    assert allowed == host.file("/sys/devices/system/cpu/online").content_string.strip()
