@@ -52,6 +52,7 @@ class IrqRecord:
         empty: Dict[str, Any] = {"kept_off": "", "originals": {}, "banned": None, "refused": []}
         data = read_bounded(self.path, MAX_RECORD_BYTES) if self.path else None
         if data is None:
+            self._known = None
             return empty
         if self._known is not None and self._known[0] == data:
             return _copy(self._known[1])
@@ -73,9 +74,10 @@ class IrqRecord:
         return record
 
     def save(self, record: Dict[str, Any]) -> None:
-        if not self.path:
-            return
+        """Written atomically and durably, unless the file already says it."""
         data = (json.dumps(dict(record, format=FORMAT), sort_keys=True, separators=(",", ":")) + "\n").encode()
+        if not self.path or (self._known is not None and self._known[0] == data):
+            return
         try:
             atomic_write(self.path, data, durable=True)
         except OSError as exc:
@@ -156,17 +158,16 @@ class IrqIsolation:
                 decided[(text, known)] = self._decide(text, known, keep_off, changed)
             write, after = decided[(text, known)]
             if write is not None:
-                writes.append((key, text, write, known, after))
-                after = after or known  # recorded until the write is done
+                writes.append((key, text, write, after))
+                after = after or known  # recorded until the write is done (and kept if the kernel refuses it)
             _set_original(originals, key, after)
         if apply and writes:
             self.record.save(record)
         refused = []
-        for key, text, write, known, after in writes:
+        for key, text, write, after in writes:
             if apply and not (self.irqs.set_default_affinity(CPUSet.parse(write)) if key == DEFAULT_KEY
                               else self.irqs.set_affinity_text(int(key), write)):
                 refused.append(key)
-                _set_original(originals, key, known)
                 continue
             report["updated"].append({"irq": key, "from": text, "to": write})
             _set_original(originals, key, after)

@@ -76,11 +76,18 @@ def test_only_what_changes_is_written_and_reported(tmp_path):
 
 
 def test_managed_interrupts_are_counted_not_errors(tmp_path):
-    isolate, root, _clock = isolation(tmp_path, {24: "0-7", 40: "4", 41: "5"}, managed=(40, 41))
+    isolate, root, clock = isolation(tmp_path, {24: "0-7", 40: "4", 41: "5"}, managed=(40, 41))
     report = isolate.apply(CPUSet.parse("4-7"))
     assert report["refused"] == [40, 41]
     assert (affinity(root, 40), affinity(root, 41), affinity(root, 24)) == ("4", "5", "0-3")
-    assert "40" not in isolate.record.load()["originals"]
+    assert isolate.record.load()["originals"]["40"] == "4"  # what it has, should the kernel let it move one day
+    written = os.stat(tmp_path / "state.irq.json").st_ino
+    for _rescan in range(3):
+        clock.now += RESCAN_SECONDS
+        assert isolate.apply(CPUSet.parse("4-7"))["refused"] == [40, 41]
+    assert os.stat(tmp_path / "state.irq.json").st_ino == written  # refused again, and the record not rewritten
+    isolate.apply(CPUSet())
+    assert affinity(root, 24) == "0-7" and isolate.record.load()["originals"] == {}
 
 
 class Crash(Exception):
