@@ -22,7 +22,7 @@ stamp=.venv/.requirements-dev.sha256
 want=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   echo "setup: installing pinned tools (requirements-dev.txt; pip's output in .venv/pip.log)"
-  if ! .venv/bin/python -m pip install --disable-pip-version-check -r requirements-dev.txt > .venv/pip.log 2>&1; then
+  if ! .venv/bin/python -m pip install --disable-pip-version-check --no-compile -r requirements-dev.txt > .venv/pip.log 2>&1; then
     tail -n 30 .venv/pip.log >&2
     echo "setup: pip could not install requirements-dev.txt (whole output: .venv/pip.log)" >&2
     exit 1
