@@ -4,7 +4,9 @@
 over them), cgroup v2, systemd as PID 1, writable IRQ affinity, containerd 1.6 (Debian 12) installed and 1.7.24 (the
 extracted binaries of scripts/containerd-nri.sh) shared in, as ENVIRONMENT.md found by trying.
 
-    python3 scripts/guest.py build              # the image, once per set of inputs (cached in .cache/guest)
+    python3 scripts/guest.py build              # the image, once per recipe (cached in ~/.cache/kubecpu/guest)
+    python3 scripts/guest.py costs              # what the guest stage is made of: a boot, an interpreter's start, a
+                                                # module run, a containerd's start, each timed
     python3 scripts/guest.py run [--timeout S] -- COMMAND...
                                                 # a fresh copy-on-write guest, COMMAND run in /src (the checkout,
                                                 # read-only), its output printed and its exit code returned
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -39,7 +42,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The checkout in the guest (read-only): below ansible_collections/kubecpu/cpu_manager, as ansible-test wants it;
 # /src links to it.
 GUEST_ROOT = "/srv/ansible_collections/kubecpu/cpu_manager"
-CACHE = os.path.join(ROOT, ".cache", "guest")
+# Outside the clone (a clone starts empty; the image is the same for every clone of one recipe): $KUBECPU_CACHE, else
+# $XDG_CACHE_HOME/kubecpu or ~/.cache/kubecpu, as pip's and Go's caches live in ~/.cache.
+CACHE = os.path.join(os.environ.get("KUBECPU_CACHE")
+                     or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kubecpu"),
+                     "guest")
 SUITE = "bookworm"
 # What the image holds beyond debootstrap's minbase (each a Debian 12 package).
 PACKAGES = ("linux-image-amd64", "initramfs-tools", "zstd", "udev", "dbus", "kmod", "procps", "util-linux",
@@ -104,16 +111,25 @@ def image_dir() -> str:
 
 
 def build(force: bool = False, log=sys.stderr) -> str:  # type: ignore[no-untyped-def]
-    """The image (root filesystem, kernel, initrd, SSH key) for the current recipe; built when missing. Root only."""
+    """The image (root filesystem, kernel, initrd, SSH key) for the current recipe; built when missing, by one
+    process at a time (two clones' suites share the cache). Root only."""
     target = image_dir()
     if not force and os.path.exists(os.path.join(target, "ready")):
         return target
+    os.makedirs(CACHE, exist_ok=True)
+    with open(os.path.join(CACHE, ".lock"), "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not force and os.path.exists(os.path.join(target, "ready")):  # another process built it meanwhile
+            return target
+        return _build(target, log)
+
+
+def _build(target: str, log: IO[str]) -> str:
     missing = [tool for tool in ("debootstrap", "mkfs.ext4", "qemu-system-x86_64") if shutil.which(tool) is None]
     if missing:
         raise GuestError("cannot build the guest image: %s missing (apt-get install --no-install-recommends "
                          "debootstrap e2fsprogs qemu-system-x86)" % ", ".join(missing))
     shutil.rmtree(target, ignore_errors=True)
-    os.makedirs(CACHE, exist_ok=True)
     work = tempfile.mkdtemp(prefix="build-", dir=CACHE)
     rootfs = os.path.join(work, "rootfs")
     started = time.monotonic()
@@ -156,7 +172,7 @@ def build(force: bool = False, log=sys.stderr) -> str:  # type: ignore[no-untype
         shutil.rmtree(work, ignore_errors=True)
         raise
     for old in os.listdir(CACHE):  # images of earlier recipes
-        if old != os.path.basename(target) and not old.startswith("build-"):
+        if old != os.path.basename(target) and not old.startswith((".", "build-")):
             shutil.rmtree(os.path.join(CACHE, old), ignore_errors=True)
     print("guest: image %s ready in %.0f s" % (target, time.monotonic() - started), file=log, flush=True)
     return target
@@ -296,6 +312,9 @@ class Guest:
     def stop(self) -> None:
         _LIVE.discard(self)
         proc, self.proc = self.proc, None
+        if proc is not None and os.path.exists(self.control_path()):  # the shared connection ends with the guest
+            subprocess.run(self.ssh_argv()[:-1] + ["-O", "exit", "root@127.0.0.1"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=30, check=False)
         if proc is not None and proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -323,9 +342,16 @@ class Guest:
 
     # --- inside -------------------------------------------------------------------------------------------------
     def ssh_argv(self) -> List[str]:
+        """One SSH connection per guest, shared by every command (the stage's and its host tests': the same path for
+        the same port): a key exchange costs the guest's sshd 1-2 s under emulation, a command over the open
+        connection a few milliseconds."""
         return ["ssh", "-q", "-i", self.key, "-p", str(self.port), "-o", "StrictHostKeyChecking=no",
                 "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-                "-o", "ServerAliveInterval=15", "-o", "LogLevel=ERROR", "root@127.0.0.1"]
+                "-o", "ServerAliveInterval=15", "-o", "LogLevel=ERROR", "-o", "ControlMaster=auto",
+                "-o", "ControlPath=%s" % self.control_path(), "-o", "ControlPersist=300", "root@127.0.0.1"]
+
+    def control_path(self) -> str:
+        return os.path.join(tempfile.gettempdir(), "kubecpu-ssh-%d" % self.port)
 
     def ssh(self, argv: Sequence[str], timeout: float = 600, check: bool = True,
             stdin: Optional[str] = None) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
@@ -353,11 +379,15 @@ class Guest:
 
 # The guest stage of scripts/test.sh: groups of tests, a fresh guest each, side by side (each guest emulates on one
 # host core). "guest": pytest inside the guest; "host": pytest here against that guest (KUBECPU_GUEST names it).
+# The two groups are balanced by their measured minutes (scripts/test.sh's table shows each part): the node group
+# pins (discovery, pinning, operations) and then runs the kubelet role's three rollouts; the roles group keeps
+# interrupts and daemons off exclusive CPUs (housekeeping) and then runs the agent role's four runs.
 GROUPS: Dict[str, Dict[str, List[str]]] = {
     "node": {"guest": ["tests/guest/test_discovery.py", "tests/guest/test_pinning.py",
-                       "tests/guest/test_operations.py", "tests/guest/test_housekeeping.py"],
+                       "tests/guest/test_operations.py"],
              "host": ["tests/guest_host/test_kubelet_role.py"]},
-    "roles": {"host": ["tests/guest_host/test_agent_role.py"]},
+    "roles": {"guest": ["tests/guest/test_housekeeping.py"],
+              "host": ["tests/guest_host/test_agent_role.py"]},
 }
 
 
@@ -365,51 +395,65 @@ def stage(output: str, timeout: float, groups: Sequence[str]) -> int:
     """Every group in ``groups`` on a guest of its own, at once; their logs and JUnit files in ``output``. 0 when
     every group passed."""
     started = time.monotonic()
+    os.makedirs(output, exist_ok=True)
+    parts: List[Tuple[float, str]] = []  # (seconds, what): timings.tsv, scripts/test.sh's table
     build()
+    parts.append((time.monotonic() - started, "the image (built when its recipe is new, else found in %s)" % CACHE))
     nri = subprocess.run(["bash", os.path.join(ROOT, "scripts", "containerd-nri.sh")], capture_output=True,
                          text=True, check=False)
     if nri.returncode != 0:
         print("guest: containerd 1.7.24 could not be had for the guest:\n%s" % nri.stderr[-2000:], file=sys.stderr)
         return 3
-    os.makedirs(output, exist_ok=True)
-    results: Dict[str, Tuple[int, float]] = {}
+    results: Dict[str, Tuple[int, float, List[Tuple[float, str]]]] = {}
     threads = [threading.Thread(target=_group, args=(name, output, timeout, results), name=name) for name in groups]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     for name in groups:
-        code, took = results.get(name, (3, 0.0))
+        code, took, steps = results.get(name, (3, 0.0, []))
+        parts.append((took, "group %s (exit %d)" % (name, code)))
+        parts.extend((seconds, "  group %s: %s" % (name, what)) for seconds, what in steps)
         print("\n--- guest group %s: exit %d after %.0f s" % (name, code, took))
         with open(os.path.join(output, "guest-%s.log" % name), encoding="utf-8", errors="replace") as handle:
             sys.stdout.write(handle.read())
-    passed = {name: results.get(name, (3, 0.0))[0] == 0 for name in groups}
+    passed = {name: results.get(name, (3, 0.0, []))[0] == 0 for name in groups}
     summary = ", ".join("%s %s" % (name, "passed" if ok else "FAILED") for name, ok in passed.items())
+    parts.append((time.monotonic() - started, "the guest stage"))
+    with open(os.path.join(output, "timings.tsv"), "w", encoding="utf-8") as handle:
+        handle.writelines("%.0f\t%s\n" % part for part in parts)
     print("guest stage: %s in %.0f s" % (summary, time.monotonic() - started))
     return 0 if all(passed.values()) else 1
 
 
-def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int, float]]) -> None:
+def _group(name: str, output: str, timeout: float,
+           results: Dict[str, Tuple[int, float, List[Tuple[float, str]]]]) -> None:
     spec = GROUPS[name]
     started = time.monotonic()
+    steps: List[Tuple[float, str]] = []
     code = 3
     with open(os.path.join(output, "guest-%s.log" % name), "wb") as log:
         try:
             with Guest(name) as guest:
-                log.write(b"guest %s: up in %.0f s\n" % (name.encode(), time.monotonic() - started))
+                steps.append((time.monotonic() - started, "boot to SSH and systemd running"))
+                log.write(b"guest %s: up in %.0f s\n" % (name.encode(), steps[-1][0]))
                 log.flush()
                 code = 0
                 if spec.get("guest"):
+                    began = time.monotonic()
                     code = guest.run(["python3", "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEP",
                                       "--durations=20", "--junitxml=/share/junit.xml", *spec["guest"]],
                                      timeout=max(60.0, started + timeout - time.monotonic()), output=log)
+                    steps.append((time.monotonic() - began, "pytest in the guest: %s" % " ".join(spec["guest"])))
                     if os.path.exists(os.path.join(guest.share, "junit.xml")):
                         shutil.copy(os.path.join(guest.share, "junit.xml"),
                                     os.path.join(output, "junit-guest-%s.xml" % name))
                 if spec.get("host"):
+                    began = time.monotonic()
                     env = dict(os.environ, KUBECPU_GUEST=json.dumps(guest.info()))
                     host = _host_tests(spec["host"], os.path.join(output, "junit-guest-%s-host.xml" % name), env,
                                        log, max(60.0, started + timeout - time.monotonic()))
+                    steps.append((time.monotonic() - began, "pytest on the host: %s" % " ".join(spec["host"])))
                     code = code or host
                 if code:  # the guest's kernel messages, for a guest that went away or misbehaved
                     with contextlib.suppress(OSError):
@@ -418,7 +462,7 @@ def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int,
         except (GuestError, subprocess.TimeoutExpired) as exc:
             log.write(("guest %s: %s\n" % (name, exc)).encode())
             code = 3
-    results[name] = (code, time.monotonic() - started)
+    results[name] = (code, time.monotonic() - started, steps)
 
 
 def _host_tests(paths: Sequence[str], junit: str, env: Dict[str, str], log: IO[bytes], timeout: float) -> int:
@@ -442,6 +486,77 @@ def _host_tests(paths: Sequence[str], junit: str, env: Dict[str, str], log: IO[b
         _HOST_TESTS.discard(proc)
 
 
+# What one step costs in the guest: `guest.py costs` times each (a fresh guest; its median of REPEAT runs), the
+# figures behind the guest stage's shape (which proofs need the guest, how many module runs each may spend).
+COST_REPEAT = 3
+_COST_STEPS = (  # (what, argv in the guest, runs): argv runs in the checkout
+    ("an SSH round trip (true)", ["true"], COST_REPEAT),
+    ("python3 -c pass (the interpreter's start)", ["python3", "-c", "pass"], COST_REPEAT),
+    ("python3 -I -S -c pass (no site)", ["python3", "-I", "-S", "-c", "pass"], COST_REPEAT),
+    ("the core compiled (compileall -f plugins/module_utils, no bytecode kept)",
+     ["python3", "-c", "import compileall, sys; sys.pycache_prefix = '/tmp/costs-pycache'; "
+      "compileall.compile_dir('plugins/module_utils', quiet=1, force=True)"], 1),
+    ("bin/kubecpu topology (its bytecode cached)", ["python3", "bin/kubecpu", "topology"], COST_REPEAT),
+    ("containerd 1.6 lab started and stopped (lab.py start --systemd --slow; stop)",
+     ["sh", "-c", "python3 scripts/lab.py start /run/costs-lab --systemd --slow >/dev/null && "
+      "python3 scripts/lab.py stop /run/costs-lab >/dev/null"], 1),
+)
+_COST_MODULES = (  # (what, module, its arguments): one ad-hoc ansible run each, from the host
+    ("ansible ping (a module run: AnsiballZ, Python's start, ansible's module_utils compiled)",
+     "ansible.builtin.ping", ""),
+    ("ansible command true", "ansible.builtin.command", "true"),
+    ("ansible stat", "ansible.builtin.stat", "path=/etc/hostname"),
+    ("kubecpu.cpu_manager.cpu_manager_info (the core's modules compiled too)", "kubecpu.cpu_manager.cpu_manager_info",
+     ""),
+)
+
+
+def costs() -> int:
+    """Boot a guest and time what the guest stage is made of; a table on stdout."""
+    started = time.monotonic()
+
+    def row(seconds: float, what: str) -> None:
+        print("%7.1f s  %s" % (seconds, what), flush=True)
+
+    with Guest("costs") as guest:
+        row(time.monotonic() - started, "boot to SSH and systemd running")
+        for what, argv, runs in _COST_STEPS:
+            times = []
+            for _ in range(runs):
+                began = time.monotonic()
+                code = guest.run(argv, output=subprocess.DEVNULL)  # type: ignore[arg-type]
+                times.append(time.monotonic() - began)
+                if code:
+                    raise GuestError("%s: exit %d" % (what, code))
+            row(sorted(times)[len(times) // 2], what)
+        inventory = os.path.join(guest.work, "inventory.ini")
+        with open(inventory, "w", encoding="utf-8") as handle:
+            handle.write("kubecpu-guest ansible_host=127.0.0.1 ansible_port=%d ansible_user=root "
+                         "ansible_ssh_private_key_file=%s ansible_python_interpreter=/usr/bin/python3 "
+                         "ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'\n"
+                         % (guest.port, guest.key))
+        env = dict(os.environ, ANSIBLE_PIPELINING="True", ANSIBLE_HOST_KEY_CHECKING="False",
+                   ANSIBLE_COLLECTIONS_PATH=os.environ.get("KUBECPU_COLLECTIONS_PATH")
+                   or os.path.join(ROOT, ".cache", "collections"))
+        ansible = os.path.join(os.path.dirname(sys.executable), "ansible")
+        times = []
+        for _ in range(COST_REPEAT):  # the controller's own part of every module run below
+            began = time.monotonic()
+            _run([ansible, "localhost", "-c", "local", "-m", "ansible.builtin.ping"], env=env,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            times.append(time.monotonic() - began)
+        row(sorted(times)[len(times) // 2], "ansible ping on the host itself (the controller's part)")
+        for what, module, args in _COST_MODULES:
+            times = []
+            for _ in range(COST_REPEAT):
+                began = time.monotonic()
+                _run([ansible, "-i", inventory, "all", "-m", module, *(["-a", args] if args else [])],
+                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                times.append(time.monotonic() - began)
+            row(sorted(times)[len(times) // 2], what)
+    return 0
+
+
 def _quote(text: str) -> str:
     import shlex  # noqa: PLC0415  # only here
 
@@ -458,6 +573,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     test.add_argument("--timeout", type=float, default=3600,
                       help="seconds for each group: its boot and its tests (default 3600)")
     test.add_argument("groups", nargs="*", default=list(GROUPS), help="default: all (%s)" % ", ".join(GROUPS))
+    sub.add_parser("costs", help="boot a guest and time what the guest stage is made of (median of %d runs each)"
+                   % COST_REPEAT)
     go = sub.add_parser("run", help="boot a fresh guest, run a command in /src, print its output")
     go.add_argument("--timeout", type=float, default=1800, help="seconds for the command (default 1800)")
     go.add_argument("--name", default="run")
@@ -469,6 +586,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 0
         if args.command == "test":
             return stage(args.output, args.timeout, args.groups)
+        if args.command == "costs":
+            return costs()
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         if not command:
             parser.error("run needs a command after --")

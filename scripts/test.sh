@@ -4,34 +4,59 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+started=$SECONDS
+work="" installed=""
+guest_pid=""
+# The timing table printed at the end of every run, passed or failed: each stage's seconds (a stage ends where the
+# next begins), then the guest stage's groups and their parts (scripts/guest.py writes them to timings.tsv).
+stage_names=() stage_starts=()
+stage() {
+  stage_names+=("$1") stage_starts+=($((SECONDS - started)))
+  shift
+  printf '\n=== %s: %s  [%d s]\n' "${stage_names[-1]}" "$*" $((SECONDS - started))
+}
+timings_shown=""
+timings() {
+  [[ -z $timings_shown ]] || return 0
+  timings_shown=1
+  local end=$((SECONDS - started)) i next
+  printf '\n--- timings (seconds) ---\n'
+  for i in "${!stage_names[@]}"; do
+    next=${stage_starts[i + 1]:-$end}
+    printf '%6d  %s\n' $((next - stage_starts[i])) "${stage_names[i]}"
+  done
+  if [[ -f tests/output/guest/timings.tsv ]]; then
+    printf '%6s  guest stage beside the above (its groups side by side; each part within its group):\n' ""
+    while IFS=$'\t' read -r seconds what; do printf '%6s  %s\n' "$seconds" "$what"; done < tests/output/guest/timings.tsv
+  fi
+  printf '%6d  the whole suite\n' "$end"
+}
+# the guest stage runs beside the others; on any exit it is stopped (it stops its QEMUs itself on SIGTERM)
+# (the failing stage's exit code is kept: under set -e the stopped guest stage's 143 from wait became the suite's)
+trap 'code=$?; if [[ -n $guest_pid ]] && kill "$guest_pid" 2>/dev/null; then wait "$guest_pid" || true; fi
+      rm -rf ${work:+"$work"} ${installed:+"$installed"}; timings; exit $code' EXIT
+
+stage setup "the virtual environment and the pinned tools (scripts/setup.sh)"
+rm -f tests/output/guest/timings.tsv
 setup_log=$(mktemp)
 bash scripts/setup.sh 2>&1 | tee "$setup_log"
 if grep -q Traceback "$setup_log"; then echo "setup printed a traceback"; exit 1; fi
 rm -f "$setup_log"
 export PATH="$root/.venv/bin:$PATH"
-started=$SECONDS
-work="" installed=""
-guest_pid=""
-# the guest stage runs beside the others; on any exit it is stopped (it stops its QEMUs itself on SIGTERM)
-# (the failing stage's exit code is kept: under set -e the stopped guest stage's 143 from wait became the suite's)
-trap 'code=$?; if [[ -n $guest_pid ]] && kill "$guest_pid" 2>/dev/null; then wait "$guest_pid" || true; fi
-      rm -rf ${work:+"$work"} ${installed:+"$installed"}; exit $code' EXIT
 
-stage() { printf '\n=== %s  [%d s]\n' "$*" $((SECONDS - started)); }
-
-stage "ruff"
+stage ruff "ruff"
 ruff check plugins tests bin/kubecpu benchmarks scripts/lab.py scripts/guest.py scripts/demo_node.py scripts/fleet.py extensions
-stage "mypy (plugins/module_utils)"
+stage mypy "plugins/module_utils"
 mypy
-stage "yamllint"
+stage yamllint "yamllint"
 yamllint -s -d '{extends: default, rules: {line-length: {max: 160}, document-start: {present: true}}}' \
   galaxy.yml meta changelogs tests/integration/modules.yml roles playbooks extensions
-stage "ansible-lint at the collection root, as Galaxy's importer runs it (production profile, .ansible-lint)"
+stage ansible-lint "at the collection root, as Galaxy's importer runs it (production profile, .ansible-lint)"
 ANSIBLE_COLLECTIONS_PATH="$root/.cache/collections" ansible-lint --offline --profile production
-stage "antsibull-changelog lint"
+stage changelog "antsibull-changelog lint"
 antsibull-changelog lint
 
-stage "system packages: containerd, runc, busybox-static, podman, debootstrap, chromium, qemu-system-x86, e2fsprogs (apt-get when missing)"
+stage packages "system packages: containerd, runc, busybox-static, podman, debootstrap, chromium, qemu-system-x86, e2fsprogs (apt-get when missing)"
 missing=()
 for pkg in containerd runc busybox-static podman debootstrap chromium qemu-system-x86 e2fsprogs; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
@@ -42,19 +67,19 @@ if ((${#missing[@]})); then
 fi
 bash scripts/containerd-nri.sh >/dev/null  # containerd 1.7.24 with NRI: the integration tests' and the guest's
 
-stage "ansible-galaxy collection build, installed for the integration tests and Molecule"
+stage build "ansible-galaxy collection build, installed for the integration tests and Molecule"
 installed=$(mktemp -d "${TMPDIR:-/tmp}/kubecpu-installed.XXXXXX")
 ansible-galaxy collection build --force --output-path "$installed" . >/dev/null
 ansible-galaxy collection install --offline --force -p "$installed/collections" "$installed"/kubecpu-cpu_manager-*.tar.gz >/dev/null
 export KUBECPU_COLLECTIONS_PATH="$installed/collections"
 ls "$KUBECPU_COLLECTIONS_PATH/ansible_collections/kubecpu/cpu_manager/roles" "$installed"/kubecpu-cpu_manager-*.tar.gz
 
-stage "guest stage started in the background: a real server (QEMU: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes, cgroup v2, systemd); its tests run beside the next stages, its output at the end"
+stage guest-start "guest stage started in the background: a real server (QEMU: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes, cgroup v2, systemd); its tests run beside the next stages, its output at the end"
 mkdir -p tests/output/guest
 python scripts/guest.py test --output tests/output/guest > tests/output/guest/stage.log 2>&1 &
 guest_pid=$!
 
-stage "execution environment: ansible-builder create with the built collection, and its requirements as introspect reads them"
+stage ee "execution environment: ansible-builder create with the built collection, and its requirements as introspect reads them"
 ee="$installed/ee"
 mkdir -p "$ee"
 printf -- '---\nversion: 3\nimages:\n  base_image:\n    name: quay.io/ansible/awx-ee:latest\ndependencies:\n  galaxy:\n    collections:\n      - name: %s\n        type: file\n' \
@@ -69,7 +94,7 @@ if grep -F "# from collection kubecpu.cpu_manager" "$ee/dependencies.yml" | grep
 fi
 echo "build context $ee/context names the collection; introspect finds its bindep.txt and no Python requirement"
 
-stage "ansible-test units: the unit, property and reliability tests (collection copied to ansible_collections/kubecpu/cpu_manager)"
+stage units "ansible-test units: the unit, property and reliability tests (collection copied to ansible_collections/kubecpu/cpu_manager)"
 work=$(mktemp -d "${TMPDIR:-/tmp}/kubecpu-ansible-test.XXXXXX")
 dest="$work/ansible_collections/kubecpu/cpu_manager"
 mkdir -p "$dest" tests/output
@@ -77,18 +102,28 @@ git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C "$dest"
 ln -s "$(cd "${KUBECPU_SHARED:-$root/../shared}" && pwd)" "$work/ansible_collections/kubecpu/shared"  # the kubelet cases
 (cd "$dest" && ansible-test units --python 3.11 --venv --requirements --color no)
 
-stage "integration tests against a real containerd (bin/kubecpu reconcile, the agent, the modules)"
+stage integration "integration tests against a real containerd (bin/kubecpu reconcile, the agent, the modules)"
 python -m pytest -q --junitxml=tests/output/junit-integration.xml tests/integration
 
-stage "Molecule: podman scenario (systemd nodes: both roles, rollout, idempotence, testinfra) and localhost scenario"
+stage molecule "Molecule: podman scenario (systemd nodes: both roles, rollout, idempotence, testinfra) and localhost scenario"
 bash scripts/molecule-image.sh
+# the nodes' SSH ports on 127.0.0.1 (extensions/molecule/podman/molecule.yml): two the kernel has free now
+read -r KUBECPU_MOLECULE_PORT_KUBELET KUBECPU_MOLECULE_PORT_AGENT < <(python - <<'PY'
+import socket
+probes = [socket.socket() for _ in range(2)]
+for probe in probes:
+    probe.bind(("127.0.0.1", 0))
+print(*(probe.getsockname()[1] for probe in probes))
+PY
+)
+export KUBECPU_MOLECULE_PORT_KUBELET KUBECPU_MOLECULE_PORT_AGENT
 (cd extensions && ANSIBLE_COLLECTIONS_PATH="$KUBECPU_COLLECTIONS_PATH" molecule test -s podman)
 (cd extensions && ANSIBLE_COLLECTIONS_PATH="$KUBECPU_COLLECTIONS_PATH" molecule test -s localhost)
 
-stage "ansible-test sanity (offline, on the same copy)"
+stage sanity "ansible-test sanity (offline, on the same copy)"
 (cd "$dest" && ansible-test sanity --python 3.11 --venv --color no)
 
-stage "benchmarks (quick run)"
+stage benchmarks "benchmarks (quick run)"
 python benchmarks/allocation.py --quick
 python benchmarks/state.py --quick
 python benchmarks/reconcile.py --quick
@@ -97,13 +132,14 @@ python benchmarks/defrag.py --quick
 python benchmarks/housekeeping.py --quick
 python benchmarks/hook.py --quick
 
-stage "guest stage: waiting for it, then its output"
+stage guest-wait "the guest stage: waiting for it, then its output"
 guest_code=0
 wait "$guest_pid" || guest_code=$?
 guest_pid=""
 cat tests/output/guest/stage.log
 if ((guest_code)); then echo "the guest stage failed (exit $guest_code)"; exit 1; fi
 
+timings  # before the closing line, which stays the last one
 UNIT_JUNIT="$dest/tests/output/junit" python - <<'PY'
 import glob
 import os
@@ -118,4 +154,3 @@ for name in (sorted(glob.glob(os.environ["UNIT_JUNIT"] + "/*-units.xml")) + ["te
 print("\nall stages passed")
 print("pytest: %d passed, %d failed, %d skipped" % (tests - failures - errors - skipped, failures + errors, skipped))
 PY
-echo "suite time: $((SECONDS - started)) s"
