@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -53,8 +54,13 @@ def playbook(guest, tmp_path, text, group="agent_nodes", extra=None, check=True)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
                ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_TIMEOUT="60", ANSIBLE_PIPELINING="True",
                ANSIBLE_STDOUT_CALLBACK="default",
-               ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+               ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks",
+               PROFILE_TASKS_TASK_OUTPUT_LIMIT="12")
+    started = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800, check=False)
+    # where the run's minutes went (profile_tasks' slowest tasks; the test's output shows them)
+    print("%s: %.0f s; slowest tasks:\n%s" % (path.name, time.monotonic() - started, "\n".join(
+        line for line in proc.stdout.splitlines() if re.search(r" -{3,} +[0-9.]+s$", line))))
     if check and proc.returncode != 0:
         raise AssertionError("ansible-playbook failed (%d):\n%s\n%s"
                              % (proc.returncode, proc.stdout[-6000:], proc.stderr[-2000:]))

@@ -1,6 +1,7 @@
 """The agent role on a real server: through the rollout playbook with a canary batch (mode loop, containerd 1.6
-with the systemd driver), then in mode nri (containerd 1.7.24) and removed; ``cpu_manager_defrag`` moving pinned
-containers live."""
+with the systemd driver); ``cpu_manager_defrag`` moving pinned containers live; then mode hook (containerd 1.6), mode
+nri (containerd 1.7.24) on the installed agent, and removed. Four role runs in all: each costs minutes under
+emulation."""
 
 from __future__ import annotations
 
@@ -49,20 +50,20 @@ def test_cpu_manager_defrag_moves_pinned_containers_live(guest, lab16, tmp_path)
     while any(p["uid"] in state_entries(guest, state) for p in gone):
         assert time.monotonic() < deadline, "the agent did not release the removed pods"
         time.sleep(2)
-    defrag = ("---\n- name: Defragment\n  hosts: all\n  gather_facts: false\n  tasks:\n"
-              "    - name: Move pinned containers so that whole cores are free\n"
-              "      kubecpu.cpu_manager.cpu_manager_defrag:\n"
+    module = ("      kubecpu.cpu_manager.cpu_manager_defrag:\n"
               "        state_path: %s\n        reserved_cpus: 0-1\n        runtime: cri\n"
               "        runtime_endpoint: unix://%s/containerd.sock\n        runtime_timeout: 30\n"
-              "        time_budget: 60\n"  # proven best on the slow guest too: check mode plans what then happens
-              "      register: moved\n    - name: Keep the result on the controller\n"
-              "      ansible.builtin.copy:\n        content: \"{{ moved | to_json }}\"\n        dest: \"%s\"\n        mode: \"0644\"\n"
-              "      delegate_to: localhost\n" % (state, lab16, "{{ result_file }}"))
-    playbook(guest, tmp_path, defrag.replace("register: moved", "register: moved\n      check_mode: true"),
-             extra={"result_file": str(tmp_path / "planned.json")})
-    planned = json.loads((tmp_path / "planned.json").read_text())
-    done = playbook(guest, tmp_path, defrag, extra={"result_file": str(tmp_path / "done.json")})
-    result = json.loads((tmp_path / "done.json").read_text())
+              "        time_budget: 60\n" % (state, lab16))  # proven best on the slow guest too: check mode plans
+    defrag = ("---\n- name: Defragment\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+              "    - name: Plan the moves (check mode)\n%s      check_mode: true\n      register: planned\n"
+              "    - name: Move pinned containers so that whole cores are free\n%s      register: moved\n"
+              "    - name: Keep both results on the controller\n"
+              "      ansible.builtin.copy:\n        content: \"{{ {'planned': planned, 'done': moved} | to_json }}\"\n"
+              "        dest: \"{{ result_file }}\"\n        mode: \"0644\"\n      delegate_to: localhost\n"
+              % (module, module))  # one playbook: what check mode plans, then what happens
+    done = playbook(guest, tmp_path, defrag, extra={"result_file": str(tmp_path / "results.json")})
+    planned = json.loads((tmp_path / "results.json").read_text())["planned"]
+    result = json.loads((tmp_path / "results.json").read_text())["done"]
     moves = [a for a in result.get("actions", []) if a.get("action") == "move"]
     assert moves and planned["changed"] and result["changed"] and recap(done)["failed"] == 0
     assert [(a["pod_uid"], a["cpus"]) for a in planned["actions"] if a["action"] == "move"] == [
@@ -74,39 +75,17 @@ def test_cpu_manager_defrag_moves_pinned_containers_live(guest, lab16, tmp_path)
     print("cpu_manager_defrag on the guest: %d moves" % len(moves))
 
 
-def test_the_agent_role_in_mode_nri_pins_at_creation_then_is_removed(guest, lab16, tmp_path):
-    lab(guest, "start", NRI_LAB, "--nri", "%s/.cache/containerd-nri/usr/bin" % REMOTE, "--slow")
-    try:
-        nri_vars = dict(AGENT_VARS, cpu_manager_agent_mode="nri", cpu_manager_agent_nri_socket="%s/nri.sock" % NRI_LAB,
-                        cpu_manager_agent_runtime_endpoint="unix://%s/containerd.sock" % NRI_LAB)
-        role = ("---\n- name: The agent in mode nri\n  hosts: all\n  gather_facts: false\n  roles:\n"
-                "    - role: kubecpu.cpu_manager.cpu_manager_agent\n")
-        playbook(guest, tmp_path, role, extra=nri_vars)  # the mode changed on the installed agent
-        assert guest.ssh(["systemctl", "is-active", "kubecpu-agent.service"]).stdout.strip() == "active"
-        pod = lab(guest, "pod", NRI_LAB, "at-creation", "Guaranteed", "2000")
-        held = cpus(state_entries(guest, "/var/lib/kubecpu/cpu_manager_state")[pod["uid"]]["c0"])  # at creation
-        assert len(held) == 2
-        settle(guest, NRI_LAB, pod["containers"]["c0"], held)
-        removal = ("---\n- name: Remove the agent\n  hosts: all\n  gather_facts: false\n  roles:\n"
-                   "    - role: kubecpu.cpu_manager.cpu_manager_agent\n      vars:\n"
-                   "        cpu_manager_agent_state: absent\n")
-        playbook(guest, tmp_path, removal)
-        assert guest.ssh(["systemctl", "is-active", "kubecpu-agent.service"], check=False).stdout.strip() != "active"
-        assert guest.ssh(["test", "-e", "/etc/systemd/system/kubecpu-agent.service"], check=False).returncode != 0
-    finally:
-        guest.ssh(["python3", "%s/scripts/lab.py" % REMOTE, "stop", NRI_LAB], check=False, timeout=900)
-
-
-def test_the_agent_role_in_mode_hook_pins_at_creation_on_containerd_16_then_turns_it_off(guest, lab16, tmp_path):
+def test_the_agent_role_in_mode_hook_then_nri_then_removed(guest, lab16, tmp_path):
     """containerd 1.6 (no NRI) with the systemd driver on cgroup v2: the role installs the OCI hook into the lab's
     config.toml (containerd is the lab's, not a unit: restarted here), a new Guaranteed container's first process runs
-    on its exclusive CPU from its creation; turned off (mode loop), config.toml is as it was and containers start
-    unhooked, the loop pinning them."""
+    on its exclusive CPU from its creation. Then the mode changes on the installed agent to nri (containerd 1.7.24):
+    config.toml is as it was, containers on containerd 1.6 start unhooked, and a Guaranteed container on containerd
+    1.7 has its CPUs in the state at its creation. Then the agent is removed (state absent)."""
     config = "%s/config.toml" % lab16
     before = guest.ssh(["cat", config]).stdout
     hook_vars = dict(AGENT_VARS, cpu_manager_agent_mode="hook", cpu_manager_agent_containerd_config=config,
                      cpu_manager_agent_containerd_service="")
-    role = ("---\n- name: The agent in mode hook\n  hosts: all\n  gather_facts: false\n  roles:\n"
+    role = ("---\n- name: The agent\n  hosts: all\n  gather_facts: false\n  roles:\n"
             "    - role: kubecpu.cpu_manager.cpu_manager_agent\n")
     done = playbook(guest, tmp_path, role, extra=hook_vars)
     assert "Run the hook's command line from the runtime's spec" in done.stdout
@@ -120,17 +99,29 @@ def test_the_agent_role_in_mode_hook_pins_at_creation_on_containerd_16_then_turn
     assert cpus(first) == held, first  # its first instruction on its exclusive CPU: the hook placed it at creation
     print("mode hook on the guest: %s's first line %s" % (pod["containers"]["c0"][:12], first))
 
-    playbook(guest, tmp_path, role, extra=dict(hook_vars, cpu_manager_agent_mode="loop"))
-    assert guest.ssh(["cat", config]).stdout == before
-    assert guest.ssh(["test", "-e", "/etc/kubecpu/base-runtime-spec.json"], check=False).returncode != 0
-    lab(guest, "restart", lab16)
-    later = lab(guest, "pod", lab16, "unhooked", "Guaranteed", "1000")
-    deadline = time.monotonic() + 240
-    while later["uid"] not in state_entries(guest, state):  # the loop's pass, not the hook, pins it now
-        assert time.monotonic() < deadline, "the agent did not pin the pod"
-        time.sleep(2)
-    settle(guest, lab16, later["containers"]["c0"], cpus(state_entries(guest, state)[later["uid"]]["c0"]))
-    assert cpus(first_line(guest, later["logs"]["c0"])) != cpus(state_entries(guest, state)[later["uid"]]["c0"])
+    lab(guest, "start", NRI_LAB, "--nri", "%s/.cache/containerd-nri/usr/bin" % REMOTE, "--slow")
+    try:
+        nri_vars = dict(hook_vars, cpu_manager_agent_mode="nri", cpu_manager_agent_nri_socket="%s/nri.sock" % NRI_LAB,
+                        cpu_manager_agent_runtime_endpoint="unix://%s/containerd.sock" % NRI_LAB)
+        playbook(guest, tmp_path, role, extra=nri_vars)  # the mode changed on the installed agent
+        assert guest.ssh(["systemctl", "is-active", "kubecpu-agent.service"]).stdout.strip() == "active"
+        assert guest.ssh(["cat", config]).stdout == before  # the hook taken out again
+        assert guest.ssh(["test", "-e", "/etc/kubecpu/base-runtime-spec.json"], check=False).returncode != 0
+        lab(guest, "restart", lab16)
+        unhooked = lab(guest, "pod", lab16, "unhooked", "Guaranteed", "1000")
+        assert cpus(first_line(guest, unhooked["logs"]["c0"])) == ALL  # no hook placed it: every CPU
+        pod = lab(guest, "pod", NRI_LAB, "at-creation", "Guaranteed", "2000")
+        held = cpus(state_entries(guest, state)[pod["uid"]]["c0"])  # at creation
+        assert len(held) == 2
+        settle(guest, NRI_LAB, pod["containers"]["c0"], held)
+        removal = ("---\n- name: Remove the agent\n  hosts: all\n  gather_facts: false\n  roles:\n"
+                   "    - role: kubecpu.cpu_manager.cpu_manager_agent\n      vars:\n"
+                   "        cpu_manager_agent_state: absent\n")
+        playbook(guest, tmp_path, removal)
+        assert guest.ssh(["systemctl", "is-active", "kubecpu-agent.service"], check=False).stdout.strip() != "active"
+        assert guest.ssh(["test", "-e", "/etc/systemd/system/kubecpu-agent.service"], check=False).returncode != 0
+    finally:
+        guest.ssh(["python3", "%s/scripts/lab.py" % REMOTE, "stop", NRI_LAB], check=False, timeout=900)
 
 
 def first_line(guest, log, timeout=120):

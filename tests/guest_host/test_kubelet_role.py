@@ -1,7 +1,8 @@
 """The kubelet role on a real server: a stand-in kubelet (it validates its checkpoint as the kubelet does and
 crash-loops on one it would reject) with two pinned containers; a reservation change that collides with one of them,
 rewritten without a drain through the rollout playbook, the moved container's cpuset changed live, the kubelet
-healthy."""
+healthy, the system daemons confined to the reserved CPUs by the same rollout; then the agent role's housekeeper
+beside that kubelet, and housekeeping off. Three rollouts in all: each costs minutes under emulation."""
 
 from __future__ import annotations
 
@@ -21,14 +22,17 @@ KUBELET_VARS = {"kubecpu_manager": "kubelet", "kubelet_cpu_manager_policy": "sta
                 "kubecpu_serial": [1, "100%"]}
 DROPIN = "50-kubecpu-housekeeping.conf"
 # Each interrupt's affinity, and the kubelet's exclusive CPUs (its checkpoint), as the guest shows them
+BEFORE = {}  # what the first test saw before any rollout: the daemons' CPUs, for the second
 IRQS = ("import json, os; print(json.dumps({n: open('/proc/irq/%s/smp_affinity_list' % n).read().strip() "
         "for n in os.listdir('/proc/irq') if n.isdigit()}))")
 
 
-def test_the_kubelet_role_rewrites_the_checkpoint_of_pinned_pods_without_a_drain(guest, lab16, tmp_path):
+def test_the_kubelet_role_rewrites_the_checkpoint_without_a_drain_and_confines_the_daemons(guest, lab16, tmp_path):
     """A kubelet (stand-in: it restores its checkpoint as the kubelet does) with policy static, reserved CPU 0 and two
-    pinned containers; the new reservation 0-1 collides with the one on CPU 1: the role rewrites the checkpoint (that
-    container moved, the other kept), pushes the move live and restarts the kubelet, which starts; no drain."""
+    pinned containers; the new reservation 0-1 collides with the one on CPU 1: one rollout rewrites the checkpoint
+    (that container moved, the other kept), pushes the move live, restarts the kubelet, which starts (no drain), and
+    confines the system daemons to the reserved CPUs (kubelet_cpu_manager_housekeeping; its check mode is
+    tests/integration/test_playbooks.py's) while the pods keep every CPU."""
     for step in (["mkdir", "-p", "/opt/kubelet-standin", "/var/lib/kubelet", "/etc/kubelet-standin"],
                  ["cp", "-r", "%s/plugins/module_utils" % REMOTE, "/opt/kubelet-standin/kubecpu_core"],
                  ["cp", "%s/kubelet-standin.py" % STANDIN, "/usr/local/lib/kubelet-standin.py"],
@@ -51,8 +55,14 @@ def test_the_kubelet_role_rewrites_the_checkpoint_of_pinned_pods_without_a_drain
     guest.ssh(["sh", "-c", "cat > /var/lib/kubelet/config.yaml"], stdin=config)
     guest.ssh(["systemctl", "daemon-reload"])
     guest.ssh(["systemctl", "start", "kubelet.service"])
-    done = playbook(guest, tmp_path, ROLLOUT, group="kubelet_nodes", extra=KUBELET_VARS)
+    daemons_before = daemons(guest)
+    print("daemons before: %s" % (daemons_before,))
+    BEFORE["daemons"] = daemons_before  # for the test that turns it off
+
+    done = playbook(guest, tmp_path, ROLLOUT, group="kubelet_nodes",
+                    extra=dict(KUBELET_VARS, kubelet_cpu_manager_housekeeping=True))
     assert "drain" not in [line.strip() for line in done.stdout.splitlines() if "TASK [" in line and "Drain" in line]
+    assert "Write the rewritten checkpoint and push the moved containers' cpusets" in done.stdout  # not a restart
     after = state_entries(guest, "/var/lib/kubelet/cpu_manager_state")
     moved = [uid for uid in (one["uid"], two["uid"]) if after[uid] != before[uid]]
     assert len(moved) >= 1 and all(not cpus(entry["c0"]) & {0, 1} for entry in after.values())
@@ -62,6 +72,10 @@ def test_the_kubelet_role_rewrites_the_checkpoint_of_pinned_pods_without_a_drain
     health = guest.ssh(["python3", "-c", "import urllib.request; print(urllib.request.urlopen("
                         "'http://127.0.0.1:10248/healthz').read().decode())"]).stdout.strip()
     assert health == "ok"
+    show, allowed, pods = daemons(guest)
+    print("after the role: %s, %s, kubepods.slice %s" % (show, allowed, sorted(pods)))
+    assert show == "AllowedCPUs=0-1" and all(cpu_set == {0, 1} for cpu_set in allowed.values())
+    assert pods == ALL  # the pods keep every CPU
 
 
 def daemons(guest):
@@ -77,21 +91,10 @@ def daemons(guest):
     return show, allowed, cpus(pods)
 
 
-def test_housekeeping_beside_the_kubelet_daemons_and_interrupts(guest, lab16, tmp_path):
-    """On the kubelet node above (static, reserved 0-1, two pinned pods): the kubelet role confines the system
-    daemons to the reserved CPUs (its check mode is tests/integration/test_playbooks.py's), the agent role installs
+def test_housekeeping_beside_the_kubelet_interrupts_then_the_daemons_given_back(guest, lab16, tmp_path):
+    """On the kubelet node above (static, reserved 0-1, two pinned pods, the daemons confined): the agent role installs
     the housekeeper, which keeps interrupts off the kubelet's exclusive CPUs, and housekeeping off takes the drop-ins
     out and gives the daemons every CPU back."""
-    on = dict(KUBELET_VARS, kubelet_cpu_manager_housekeeping=True)
-    before = daemons(guest)
-    print("before: %s" % (before,))
-    playbook(guest, tmp_path, ROLLOUT, group="kubelet_nodes", extra=on)
-    show, allowed, pods = daemons(guest)
-    print("after the role: %s, %s, kubepods.slice %s" % (show, allowed, sorted(pods)))
-    assert show == "AllowedCPUs=0-1" and all(cpu_set == {0, 1} for cpu_set in allowed.values())
-    assert pods == ALL  # the pods keep every CPU
-    assert guest.ssh(["systemctl", "is-active", "kubelet.service"]).stdout.strip() == "active"
-
     housekeeper = dict(AGENT_VARS, cpu_manager_irq_isolation="exclusive")
     playbook(guest, tmp_path, ROLLOUT, extra=housekeeper)
     assert "housekeeping --loop" in guest.ssh(["systemctl", "cat", "kubecpu-agent.service"]).stdout
@@ -117,4 +120,4 @@ def test_housekeeping_beside_the_kubelet_daemons_and_interrupts(guest, lab16, tm
     assert guest.ssh(["test", "-e", "/etc/systemd/system/system.slice.d/%s" % DROPIN], check=False).returncode == 1
     show, allowed, _pods = daemons(guest)
     print("housekeeping off: %s, %s" % (show, allowed))
-    assert show == before[0] and allowed == before[1]
+    assert (show, allowed) == BEFORE["daemons"][:2]
