@@ -396,47 +396,53 @@ def stage(output: str, timeout: float, groups: Sequence[str]) -> int:
     every group passed."""
     started = time.monotonic()
     os.makedirs(output, exist_ok=True)
-    parts: List[Tuple[float, str]] = []  # (seconds, what): timings.tsv, scripts/test.sh's table
+    with open(os.path.join(output, "timings.tsv"), "w", encoding="utf-8"):
+        pass  # this run's parts only
     build()
-    parts.append((time.monotonic() - started, "the image (built when its recipe is new, else found in %s)" % CACHE))
+    _timing(output, time.monotonic() - started, "the image (built when its recipe is new, else found in %s)" % CACHE)
     nri = subprocess.run(["bash", os.path.join(ROOT, "scripts", "containerd-nri.sh")], capture_output=True,
                          text=True, check=False)
     if nri.returncode != 0:
         print("guest: containerd 1.7.24 could not be had for the guest:\n%s" % nri.stderr[-2000:], file=sys.stderr)
         return 3
-    results: Dict[str, Tuple[int, float, List[Tuple[float, str]]]] = {}
+    results: Dict[str, Tuple[int, float]] = {}
     threads = [threading.Thread(target=_group, args=(name, output, timeout, results), name=name) for name in groups]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     for name in groups:
-        code, took, steps = results.get(name, (3, 0.0, []))
-        parts.append((took, "group %s (exit %d)" % (name, code)))
-        parts.extend((seconds, "  group %s: %s" % (name, what)) for seconds, what in steps)
+        code, took = results.get(name, (3, 0.0))
         print("\n--- guest group %s: exit %d after %.0f s" % (name, code, took))
         with open(os.path.join(output, "guest-%s.log" % name), encoding="utf-8", errors="replace") as handle:
             sys.stdout.write(handle.read())
-    passed = {name: results.get(name, (3, 0.0, []))[0] == 0 for name in groups}
+    passed = {name: results.get(name, (3, 0.0))[0] == 0 for name in groups}
     summary = ", ".join("%s %s" % (name, "passed" if ok else "FAILED") for name, ok in passed.items())
-    parts.append((time.monotonic() - started, "the guest stage"))
-    with open(os.path.join(output, "timings.tsv"), "w", encoding="utf-8") as handle:
-        handle.writelines("%.0f\t%s\n" % part for part in parts)
+    _timing(output, time.monotonic() - started, "the guest stage")
     print("guest stage: %s in %.0f s" % (summary, time.monotonic() - started))
     return 0 if all(passed.values()) else 1
 
 
-def _group(name: str, output: str, timeout: float,
-           results: Dict[str, Tuple[int, float, List[Tuple[float, str]]]]) -> None:
+_TIMINGS_LOCK = threading.Lock()
+
+
+def _timing(output: str, seconds: float, what: str) -> None:
+    """One line of timings.tsv (scripts/test.sh's table), written when the part ends: a stage stopped half-way still
+    shows what it finished."""
+    with _TIMINGS_LOCK, open(os.path.join(output, "timings.tsv"), "a", encoding="utf-8") as handle:
+        handle.write("%.0f\t%s\n" % (seconds, what))
+
+
+def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int, float]]) -> None:
     spec = GROUPS[name]
     started = time.monotonic()
-    steps: List[Tuple[float, str]] = []
     code = 3
     with open(os.path.join(output, "guest-%s.log" % name), "wb") as log:
         try:
             with Guest(name) as guest:
-                steps.append((time.monotonic() - started, "boot to SSH and systemd running"))
-                log.write(b"guest %s: up in %.0f s\n" % (name.encode(), steps[-1][0]))
+                booted = time.monotonic() - started
+                _timing(output, booted, "  group %s: boot to SSH and systemd running" % name)
+                log.write(b"guest %s: up in %.0f s\n" % (name.encode(), booted))
                 log.flush()
                 code = 0
                 if spec.get("guest"):
@@ -444,7 +450,8 @@ def _group(name: str, output: str, timeout: float,
                     code = guest.run(["python3", "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEP",
                                       "--durations=20", "--junitxml=/share/junit.xml", *spec["guest"]],
                                      timeout=max(60.0, started + timeout - time.monotonic()), output=log)
-                    steps.append((time.monotonic() - began, "pytest in the guest: %s" % " ".join(spec["guest"])))
+                    _timing(output, time.monotonic() - began,
+                            "  group %s: pytest in the guest: %s" % (name, " ".join(spec["guest"])))
                     if os.path.exists(os.path.join(guest.share, "junit.xml")):
                         shutil.copy(os.path.join(guest.share, "junit.xml"),
                                     os.path.join(output, "junit-guest-%s.xml" % name))
@@ -453,7 +460,8 @@ def _group(name: str, output: str, timeout: float,
                     env = dict(os.environ, KUBECPU_GUEST=json.dumps(guest.info()))
                     host = _host_tests(spec["host"], os.path.join(output, "junit-guest-%s-host.xml" % name), env,
                                        log, max(60.0, started + timeout - time.monotonic()))
-                    steps.append((time.monotonic() - began, "pytest on the host: %s" % " ".join(spec["host"])))
+                    _timing(output, time.monotonic() - began,
+                            "  group %s: pytest on the host: %s" % (name, " ".join(spec["host"])))
                     code = code or host
                 if code:  # the guest's kernel messages, for a guest that went away or misbehaved
                     with contextlib.suppress(OSError):
@@ -462,7 +470,8 @@ def _group(name: str, output: str, timeout: float,
         except (GuestError, subprocess.TimeoutExpired) as exc:
             log.write(("guest %s: %s\n" % (name, exc)).encode())
             code = 3
-    results[name] = (code, time.monotonic() - started, steps)
+    results[name] = (code, time.monotonic() - started)
+    _timing(output, results[name][1], "group %s (exit %d)" % (name, code))
 
 
 def _host_tests(paths: Sequence[str], junit: str, env: Dict[str, str], log: IO[bytes], timeout: float) -> int:
@@ -522,7 +531,7 @@ def costs() -> int:
         row(time.monotonic() - started, "boot to SSH and systemd running")
         for what, argv, runs in _COST_STEPS:
             times = []
-            for _ in range(runs):
+            for _repeat in range(runs):
                 began = time.monotonic()
                 code = guest.run(argv, output=subprocess.DEVNULL)  # type: ignore[arg-type]
                 times.append(time.monotonic() - began)
@@ -540,7 +549,7 @@ def costs() -> int:
                    or os.path.join(ROOT, ".cache", "collections"))
         ansible = os.path.join(os.path.dirname(sys.executable), "ansible")
         times = []
-        for _ in range(COST_REPEAT):  # the controller's own part of every module run below
+        for _repeat in range(COST_REPEAT):  # the controller's own part of every module run below
             began = time.monotonic()
             _run([ansible, "localhost", "-c", "local", "-m", "ansible.builtin.ping"], env=env,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -548,7 +557,7 @@ def costs() -> int:
         row(sorted(times)[len(times) // 2], "ansible ping on the host itself (the controller's part)")
         for what, module, args in _COST_MODULES:
             times = []
-            for _ in range(COST_REPEAT):
+            for _repeat in range(COST_REPEAT):
                 began = time.monotonic()
                 _run([ansible, "-i", inventory, "all", "-m", module, *(["-a", args] if args else [])],
                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
