@@ -36,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import IO, Dict, List, Optional, Sequence, Set, Tuple
+from typing import IO, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The checkout in the guest (read-only): below ansible_collections/kubecpu/cpu_manager, as ansible-test wants it;
@@ -267,6 +267,13 @@ class Guest:
 
     def info(self) -> Dict[str, object]:
         return {"name": self.name, "port": self.port, "key": self.key}
+
+    def inventory(self, group: Optional[str] = None) -> str:
+        """An Ansible inventory (INI) naming this guest kubecpu-guest, reached over its forwarded SSH port."""
+        return "%skubecpu-guest ansible_host=127.0.0.1 ansible_port=%d ansible_user=root " \
+               "ansible_ssh_private_key_file=%s ansible_python_interpreter=/usr/bin/python3 " \
+               "ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'\n" % (
+                   "[%s]\n" % group if group else "", self.port, self.key)
 
     # --- life ---------------------------------------------------------------------------------------------------
     def argv(self) -> List[str]:
@@ -530,40 +537,38 @@ def costs() -> int:
     with Guest("costs") as guest:
         row(time.monotonic() - started, "boot to SSH and systemd running")
         for what, argv, runs in _COST_STEPS:
-            times = []
-            for _repeat in range(runs):
-                began = time.monotonic()
-                code = guest.run(argv, output=subprocess.DEVNULL)  # type: ignore[arg-type]
-                times.append(time.monotonic() - began)
-                if code:
-                    raise GuestError("%s: exit %d" % (what, code))
-            row(sorted(times)[len(times) // 2], what)
+            row(_median(runs, lambda argv=argv, what=what: _in_guest(guest, argv, what)), what)
         inventory = os.path.join(guest.work, "inventory.ini")
         with open(inventory, "w", encoding="utf-8") as handle:
-            handle.write("kubecpu-guest ansible_host=127.0.0.1 ansible_port=%d ansible_user=root "
-                         "ansible_ssh_private_key_file=%s ansible_python_interpreter=/usr/bin/python3 "
-                         "ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'\n"
-                         % (guest.port, guest.key))
+            handle.write(guest.inventory())
         env = dict(os.environ, ANSIBLE_PIPELINING="True", ANSIBLE_HOST_KEY_CHECKING="False",
                    ANSIBLE_COLLECTIONS_PATH=os.environ.get("KUBECPU_COLLECTIONS_PATH")
                    or os.path.join(ROOT, ".cache", "collections"))
         ansible = os.path.join(os.path.dirname(sys.executable), "ansible")
-        times = []
-        for _repeat in range(COST_REPEAT):  # the controller's own part of every module run below
-            began = time.monotonic()
-            _run([ansible, "localhost", "-c", "local", "-m", "ansible.builtin.ping"], env=env,
-                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            times.append(time.monotonic() - began)
-        row(sorted(times)[len(times) // 2], "ansible ping on the host itself (the controller's part)")
+        quiet = {"env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        row(_median(COST_REPEAT, lambda: _run([ansible, "localhost", "-c", "local", "-m", "ansible.builtin.ping"],
+                                              **quiet)),
+            "ansible ping on the host itself (the controller's part)")
         for what, module, args in _COST_MODULES:
-            times = []
-            for _repeat in range(COST_REPEAT):
-                began = time.monotonic()
-                _run([ansible, "-i", inventory, "all", "-m", module, *(["-a", args] if args else [])],
-                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                times.append(time.monotonic() - began)
-            row(sorted(times)[len(times) // 2], what)
+            argv = [ansible, "-i", inventory, "all", "-m", module, *(["-a", args] if args else [])]
+            row(_median(COST_REPEAT, lambda argv=argv: _run(argv, **quiet)), what)
     return 0
+
+
+def _median(runs: int, step: Callable[[], object]) -> float:
+    """The median wall time of ``runs`` calls of ``step``."""
+    times = []
+    for _repeat in range(runs):
+        began = time.monotonic()
+        step()
+        times.append(time.monotonic() - began)
+    return sorted(times)[len(times) // 2]
+
+
+def _in_guest(guest: Guest, argv: Sequence[str], what: str) -> None:
+    code = guest.run(argv, output=subprocess.DEVNULL)  # type: ignore[arg-type]
+    if code:
+        raise GuestError("%s: exit %d" % (what, code))
 
 
 def _quote(text: str) -> str:

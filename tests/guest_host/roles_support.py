@@ -41,11 +41,7 @@ def collections_path():
 def playbook(guest, tmp_path, text, group="agent_nodes", extra=None, check=True):
     """``text`` (a playbook) run against the guest; the completed process (output as text)."""
     inventory = tmp_path / "inventory.ini"
-    inventory.write_text(
-        "[%s]\nkubecpu-guest ansible_host=127.0.0.1 ansible_port=%d ansible_user=root "
-        "ansible_ssh_private_key_file=%s ansible_python_interpreter=/usr/bin/python3 "
-        "ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'\n"
-        % (group, guest.port, guest.key))
+    inventory.write_text(guest.inventory(group))
     path = tmp_path / ("play-%d.yml" % len(list(tmp_path.glob("play-*.yml"))))
     path.write_text(text)
     argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory), str(path)]
