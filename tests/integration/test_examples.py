@@ -47,7 +47,12 @@ def stand_in(tmp_path):
     (tmp_path / "kubelet_state").write_bytes(fleet._state("static", "0-1,3-127", {(fleet.POD_A, "app"): "2"}))
     containerd = lab.CONFIG.format(dir=tmp_path / "containerd", pause=lab.PAUSE_IMAGE, systemd="false", base_spec="")
     (tmp_path / "containerd.toml").write_text(containerd)
+    tools = tmp_path / "bin"  # a stand-in systemctl (this host has no systemd): it notes its arguments
+    tools.mkdir()
+    (tools / "systemctl").write_text('#!/bin/sh\necho "$*" >> %s\n' % (tmp_path / "systemctl.log"))
+    (tools / "systemctl").chmod(0o755)
     node.update(root=root, state=str(tmp_path / "state"), config=str(tmp_path / "config.yaml"),
+                systemd=str(tmp_path / "systemd"), tools=str(tools),
                 containerd_config=str(tmp_path / "containerd.toml"),
                 kubelet_state=str(tmp_path / "kubelet_state"), dir=str(tmp_path))
     return node
@@ -74,6 +79,9 @@ def test_the_examples_run(stand_in, module):
                                  "kubecpu.cpu_manager.cpu_manager_reservation": node_defaults,
                                  "kubecpu.cpu_manager.cpu_manager_kubelet_config": dict(
                                      node_defaults, state_path=stand_in["kubelet_state"]),
+                                 "kubecpu.cpu_manager.cpu_manager_daemons": {  # drop-ins in the stand-in's directory
+                                     "systemd_dir": stand_in["systemd"], "cgroup_root": stand_in["cgroup"],
+                                     "sysfs_root": stand_in["root"]},
                                  "kubecpu.cpu_manager.cpu_manager_runtime_hook": {  # this machine's containerd 1.6
                                      "containerd_config": stand_in["containerd_config"], "python": sys.executable,
                                      "spec_path": os.path.join(stand_in["dir"], "kubecpu", "base-runtime-spec.json"),
@@ -82,7 +90,8 @@ def test_the_examples_run(stand_in, module):
     playbook = os.path.join(stand_in["dir"], "examples.yml")
     with open(playbook, "w", encoding="utf-8") as handle:
         yaml.safe_dump(play, handle, sort_keys=False)
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
+    env = dict(os.environ, PATH=stand_in["tools"] + os.pathsep + os.environ["PATH"],
+               ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
                ANSIBLE_STDOUT_CALLBACK="json")
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
@@ -96,3 +105,7 @@ def test_the_examples_run(stand_in, module):
     assert ran == [task["name"] for task in tasks]  # every example ran, none skipped
     stats = result["stats"]["localhost"]
     assert stats["failures"] == 0 and stats["skipped"] == 0, stats
+    if module == "cpu_manager_daemons":  # confined, then given back: reloaded each time, no drop-in left
+        with open(os.path.join(stand_in["dir"], "systemctl.log"), encoding="utf-8") as handle:
+            assert handle.read().split("\n")[:-1] == ["daemon-reload"] * 3
+        assert not [files for _top, _dirs, files in os.walk(stand_in["systemd"]) if files]

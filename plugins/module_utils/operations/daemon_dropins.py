@@ -1,0 +1,172 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""System daemons confined to the reserved CPUs with systemd drop-ins (docs/HOUSEKEEPING.md section 2).
+
+One drop-in per unit, ``<systemd_dir>/<unit>.d/50-kubecpu-housekeeping.conf``: ``AllowedCPUs=<reserved>`` where cgroup
+v2 offers the cpuset controller, else ``CPUAffinity=<reserved>`` for services (a slice or a scope has no equivalent
+without cpuset: its drop-in is removed if one is there). Applied with one daemon reload.
+
+Taking them out (``present=False``) is two steps, each followed by a reload: every drop-in is first widened to every
+online CPU (systemd leaves a cgroup's cpuset as it last wrote it once ``AllowedCPUs=`` is gone while kubepods.slice
+keeps the controller on, and the kernel refuses an empty cpuset while the cgroup has processes), then removed.
+
+One call does every unit (the role's per-unit file, copy and stat loops were three module runs a unit); the reload is
+the caller's callable (or None), so tests and check mode run without systemd.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
+
+from ..atomic import atomic_write
+from ..errors import ConfigError
+from ..kubelet.cpuset import CPUSet
+
+DROPIN = "50-kubecpu-housekeeping.conf"
+MAX_FILE_BYTES = 64 * 1024  # a drop-in, cgroup.controllers, sysfs' online list: a few bytes each
+# what systemd accepts as a unit name (systemd.unit(5)), of the three kinds that take these settings
+UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@-]+\.(service|slice|scope)$")
+CONFINED = "# kubecpu (kubelet_cpu_manager_housekeeping): system daemons on the reserved CPUs only\n"
+WIDENED = "# kubecpu (kubelet_cpu_manager_housekeeping): every CPU again, before this file is removed\n"
+
+
+class Outcome(NamedTuple):
+    key: str  # AllowedCPUs or CPUAffinity
+    dropins: Dict[str, str]  # path -> content: the drop-ins wanted (present), or the widened ones (absent)
+    written: List[str]  # written (or widened), or in check mode would be
+    removed: List[str]
+    reloads: int  # daemon reloads done (check mode: none)
+    diff: List[Dict[str, str]]  # for Ansible's --diff: each file's before and after
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.written or self.removed)
+
+
+def setting_key(controllers: str) -> str:
+    """AllowedCPUs when cgroup v2's root offers the cpuset controller (``cgroup.controllers``), else CPUAffinity."""
+    return "AllowedCPUs" if "cpuset" in controllers.split() else "CPUAffinity"
+
+
+def dropin_text(unit: str, key: str, cpus: str, header: str = CONFINED) -> str:
+    """The drop-in for ``unit``, or "" when ``key`` does not apply to its kind (CPUAffinity= is a service's only)."""
+    kind = unit.rsplit(".", 1)[1]
+    if key == "CPUAffinity" and kind != "service":
+        return ""
+    return "%s[%s]\n%s=%s\n" % (header, kind.capitalize(), key, cpus)
+
+
+def dropin_path(systemd_dir: str, unit: str) -> str:
+    return os.path.join(systemd_dir, unit + ".d", DROPIN)
+
+
+def apply(*, present: bool, cpus: Optional[str], units: Sequence[str], cgroup_root: str, sysfs_root: str,
+          systemd_dir: str, check_mode: bool, reload: Optional[Callable[[], None]]) -> Outcome:
+    """Make the drop-ins what ``present`` asks for; ``reload`` (None: the caller reloads) is called after each step
+    that changed a file."""
+    for unit in units:
+        if not UNIT_NAME.match(unit):
+            raise ConfigError("unit %r: not a systemd service, slice or scope name" % unit)
+    key = setting_key(_read(os.path.join(cgroup_root, "cgroup.controllers")) or "")
+    paths = {unit: dropin_path(systemd_dir, unit) for unit in units}
+    before = {unit: _read(path) for unit, path in paths.items()}
+    written: List[str] = []
+    removed: List[str] = []
+    diff: List[Dict[str, str]] = []
+    reloads = 0
+
+    def write(unit: str, text: str) -> None:
+        if before[unit] == text:
+            return
+        written.append(paths[unit])
+        diff.append({"before_header": paths[unit], "after_header": paths[unit], "before": before[unit] or "",
+                     "after": text})
+        if not check_mode:
+            os.makedirs(os.path.dirname(paths[unit]), mode=0o755, exist_ok=True)
+            _write(paths[unit], text)
+
+    def remove(unit: str) -> None:
+        removed.append(paths[unit])
+        diff.append({"before_header": paths[unit], "after_header": "%s (removed)" % paths[unit],
+                     "before": before[unit] or "", "after": ""})
+        if not check_mode:
+            _remove(paths[unit])
+
+    def reloaded() -> int:
+        if check_mode or reload is None:
+            return 0
+        reload()
+        return 1
+
+    if present:
+        text = str(CPUSet.parse(cpus or ""))
+        if not text:
+            raise ConfigError("no reserved CPUs to confine the system daemons to (cpus is empty)")
+        wanted = {unit: dropin_text(unit, key, text) for unit in units}
+        for unit, content in wanted.items():
+            if content:
+                write(unit, content)
+            elif before[unit] is not None:
+                remove(unit)  # a slice's or scope's drop-in from when cgroup v2 offered cpuset
+        if written or removed:
+            reloads += reloaded()
+        return Outcome(key, {paths[u]: c for u, c in wanted.items() if c}, written, removed, reloads, diff)
+
+    online = str(CPUSet.parse((_read(os.path.join(sysfs_root, "sys/devices/system/cpu/online")) or "").strip()))
+    if not online:
+        raise ConfigError("cannot read the online CPUs from %s" % os.path.join(sysfs_root, "sys/devices/system/cpu"))
+    there = [unit for unit in units if before[unit] is not None]
+    widened = {unit: dropin_text(unit, _key_of(before[unit] or "", key), online, WIDENED) for unit in there}
+    for unit, content in widened.items():
+        if content:
+            write(unit, content)
+    if written:
+        reloads += reloaded()  # the daemons get every CPU back before the files go
+    for unit in there:
+        remove(unit)
+    if removed:
+        reloads += reloaded()
+    return Outcome(key, {paths[u]: c for u, c in widened.items() if c}, written, removed, reloads, diff)
+
+
+def _key_of(text: str, default: str) -> str:
+    """The setting a drop-in written before holds (cgroup v2's controllers may have changed since), else ``default``."""
+    for name in ("AllowedCPUs", "CPUAffinity"):
+        if re.search(r"^%s=" % name, text, re.M):
+            return name
+    return default
+
+
+def _read(path: str) -> Optional[str]:
+    """A small text file, or None when there is none."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError("cannot read %s: %s" % (path, exc.strerror or exc)) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError("%s is larger than %d bytes" % (path, MAX_FILE_BYTES))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("%s is not UTF-8" % path) from None
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        atomic_write(path, text.encode("utf-8"), durable=True, mode=0o644)
+    except OSError as exc:
+        raise ConfigError("cannot write %s: %s" % (path, exc.strerror or exc)) from None
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise ConfigError("cannot remove %s: %s" % (path, exc.strerror or exc)) from None
