@@ -7,7 +7,7 @@ kubelet nodes (policy none, already static, and a reservation that moves): a sta
 loaded and active, NRestarts 0) and one local HTTP health endpoint stand in for the kubelets, so the migrations,
 restarts and health gates really run; the agent role is left out of the rollout because it installs a systemd unit
 on the host itself (the Molecule podman scenario covers it on real systemd nodes). The rollout keeps its canary
-batching (serial: 1, then 20%). Wall time of each ansible-playbook run, on this machine.
+batching (serial: 1, then 20%; with --quick 1, then the rest). Wall time of each ansible-playbook run, on this machine.
 
     python benchmarks/fleet.py [--nodes 200] [--forks 10,50] [--one-size] [--only PLAYBOOK] [--quick]
 """
@@ -101,10 +101,12 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=200, help="the largest fleet (also run at a quarter of it)")
     parser.add_argument("--only", choices=("plan.yml", "report.yml", "rollout.yml"), help="run this playbook only")
     parser.add_argument("--forks", default="10,50", help="comma-separated fork counts")
-    parser.add_argument("--quick", action="store_true", help="8 nodes, forks 4 (a smoke run for the test suite)")
+    parser.add_argument("--quick", action="store_true",
+                        help="4 nodes (one of each kind), forks 4, the rollout's canary then the other three (a smoke "
+                             "run for the test suite)")
     parser.add_argument("--one-size", action="store_true", help="only the largest fleet")
     args = parser.parse_args()
-    sizes = [8] if args.quick else [args.nodes] if args.one_size else sorted({max(4, args.nodes // 4), args.nodes})
+    sizes = [4] if args.quick else [args.nodes] if args.one_size else sorted({max(4, args.nodes // 4), args.nodes})
     forks = [4] if args.quick else [int(f) for f in args.forks.split(",")]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -129,6 +131,8 @@ def main() -> int:
                 kubelets = os.path.join(work, "kubelet-%d-%d" % (nodes, count))
                 fleet.build(kubelets, nodes, sys.executable, kinds=("kubelet-none", "kubelet-static", "kubelet-moved"))
                 extra = {"kubelet_cpu_manager_health_url": health, "kubelet_cpu_manager_health_settle": 0}
+                if args.quick:
+                    extra["kubecpu_serial"] = [1, "100%"]
                 log = os.path.join(work, "rollout-%d-%d.log" % (nodes, count))
                 rows.append(("rollout.yml", nodes, count, _play(env, "rollout.yml", os.path.join(
                     kubelets, "inventory.yml"), count, extra, log=log)))
