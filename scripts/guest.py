@@ -398,9 +398,10 @@ GROUPS: Dict[str, Dict[str, List[str]]] = {
 }
 
 
-def stage(output: str, timeout: float, groups: Sequence[str]) -> int:
+def stage(output: str, timeout: float, groups: Sequence[str], ready: Optional[str] = None) -> int:
     """Every group in ``groups`` on a guest of its own, at once; their logs and JUnit files in ``output``. 0 when
-    every group passed."""
+    every group passed. With ``ready``, the guests boot at once and the host-side tests wait for that file (see
+    _host_setup): scripts/test.sh starts the stage before the virtual environment and the built collection exist."""
     started = time.monotonic()
     os.makedirs(output, exist_ok=True)
     with open(os.path.join(output, "timings.tsv"), "w", encoding="utf-8"):
@@ -413,7 +414,8 @@ def stage(output: str, timeout: float, groups: Sequence[str]) -> int:
         print("guest: containerd 1.7.24 could not be had for the guest:\n%s" % nri.stderr[-2000:], file=sys.stderr)
         return 3
     results: Dict[str, Tuple[int, float]] = {}
-    threads = [threading.Thread(target=_group, args=(name, output, timeout, results), name=name) for name in groups]
+    threads = [threading.Thread(target=_group, args=(name, output, timeout, results, ready), name=name)
+               for name in groups]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -440,7 +442,8 @@ def _timing(output: str, seconds: float, what: str) -> None:
         handle.write("%.0f\t%s\n" % (seconds, what))
 
 
-def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int, float]]) -> None:
+def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int, float]],
+           ready: Optional[str] = None) -> None:
     spec = GROUPS[name]
     started = time.monotonic()
     code = 3
@@ -463,10 +466,11 @@ def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int,
                         shutil.copy(os.path.join(guest.share, "junit.xml"),
                                     os.path.join(output, "junit-guest-%s.xml" % name))
                 if spec.get("host"):
+                    python, extra = _host_setup(ready, started + timeout)
                     began = time.monotonic()
-                    env = dict(os.environ, KUBECPU_GUEST=json.dumps(guest.info()))
+                    env = dict(os.environ, KUBECPU_GUEST=json.dumps(guest.info()), **extra)
                     host = _host_tests(spec["host"], os.path.join(output, "junit-guest-%s-host.xml" % name), env,
-                                       log, max(60.0, started + timeout - time.monotonic()))
+                                       log, max(60.0, started + timeout - time.monotonic()), python=python)
                     _timing(output, time.monotonic() - began,
                             "  group %s: pytest on the host: %s" % (name, " ".join(spec["host"])))
                     code = code or host
@@ -481,12 +485,34 @@ def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int,
     _timing(output, results[name][1], "group %s (exit %d)" % (name, code))
 
 
-def _host_tests(paths: Sequence[str], junit: str, env: Dict[str, str], log: IO[bytes], timeout: float) -> int:
+READY_POLL = 1.0  # seconds between looks for the ready file
+
+
+def _host_setup(ready: Optional[str], deadline: float) -> Tuple[str, Dict[str, str]]:
+    """The interpreter (with pytest and ansible-core) and the environment the host-side tests run with: this one's,
+    or, with ``ready``, what that file says once it exists (JSON: {"python": path, "env": {name: value}}), waited
+    for until ``deadline`` (time.monotonic())."""
+    if not ready:
+        return sys.executable, {}
+    while not os.path.exists(ready):
+        if _STOPPING.is_set() or time.monotonic() > deadline:
+            raise GuestError("the host-side tests' set-up (%s) never came" % ready)
+        time.sleep(READY_POLL)
+    with open(ready, encoding="utf-8") as handle:
+        setup = json.load(handle)
+    if not isinstance(setup, dict) or not isinstance(setup.get("python"), str) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in setup.get("env", {}).items()):
+        raise GuestError("%s: not {\"python\": path, \"env\": {name: value}}" % ready)
+    return setup["python"], dict(setup.get("env", {}))
+
+
+def _host_tests(paths: Sequence[str], junit: str, env: Dict[str, str], log: IO[bytes], timeout: float, *,
+                python: str) -> int:
     """pytest on the host against the guest; on a timeout its whole process group (ansible-playbook, ssh) is killed:
     nothing is left behind."""
     if _STOPPING.is_set():
         return 143
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-rfEP", "--durations=20", "--junitxml=%s" % junit,
+    proc = subprocess.Popen([python, "-m", "pytest", "-q", "-rfEP", "--durations=20", "--junitxml=%s" % junit,
                              *paths], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     _HOST_TESTS.add(proc)
     try:
@@ -586,6 +612,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     test.add_argument("--output", default=os.path.join(ROOT, "tests", "output"), help="logs and JUnit files")
     test.add_argument("--timeout", type=float, default=3600,
                       help="seconds for each group: its boot and its tests (default 3600)")
+    test.add_argument("--ready", help="a file to wait for before the host-side tests: JSON {\"python\": path, "
+                      "\"env\": {name: value}} (the guests boot meanwhile)")
     test.add_argument("groups", nargs="*", default=list(GROUPS), help="default: all (%s)" % ", ".join(GROUPS))
     sub.add_parser("costs", help="boot a guest and time what the guest stage is made of (median of %d runs each)"
                    % COST_REPEAT)
@@ -599,7 +627,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(build(force=args.force))
             return 0
         if args.command == "test":
-            return stage(args.output, args.timeout, args.groups)
+            return stage(args.output, args.timeout, args.groups, args.ready)
         if args.command == "costs":
             return costs()
         command = args.command[1:] if args.command[:1] == ["--"] else args.command

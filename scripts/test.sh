@@ -36,8 +36,25 @@ timings() {
 trap 'code=$?; if [[ -n $guest_pid ]] && kill "$guest_pid" 2>/dev/null; then wait "$guest_pid" || true; fi
       rm -rf ${work:+"$work"} ${installed:+"$installed"}; timings; exit $code' EXIT
 
+stage packages "system packages: python3 (the guest stage starts before the virtual environment), containerd, runc, busybox-static, podman, debootstrap, chromium, qemu-system-x86, e2fsprogs (apt-get when missing)"
+missing=()
+for pkg in python3 containerd runc busybox-static podman debootstrap chromium qemu-system-x86 e2fsprogs; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+bash scripts/containerd-nri.sh >/dev/null  # containerd 1.7.24 with NRI: the integration tests' and the guest's
+
+stage guest-start "guest stage started in the background: a real server (QEMU: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes, cgroup v2, systemd); the guests boot and their own tests run beside the next stages, the host-side tests wait for the virtual environment and the built collection (tests/output/guest/ready.json, written after the build stage); its output at the end"
+mkdir -p tests/output/guest
+rm -f tests/output/guest/timings.tsv tests/output/guest/ready.json
+python3 scripts/guest.py test --output tests/output/guest --ready tests/output/guest/ready.json \
+  > tests/output/guest/stage.log 2>&1 &
+guest_pid=$!
+
 stage setup "the virtual environment and the pinned tools (scripts/setup.sh)"
-rm -f tests/output/guest/timings.tsv
 setup_log=$(mktemp)
 bash scripts/setup.sh 2>&1 | tee "$setup_log"
 if grep -q Traceback "$setup_log"; then echo "setup printed a traceback"; exit 1; fi
@@ -56,28 +73,21 @@ ANSIBLE_COLLECTIONS_PATH="$root/.cache/collections" ansible-lint --offline --pro
 stage changelog "antsibull-changelog lint"
 antsibull-changelog lint
 
-stage packages "system packages: containerd, runc, busybox-static, podman, debootstrap, chromium, qemu-system-x86, e2fsprogs (apt-get when missing)"
-missing=()
-for pkg in containerd runc busybox-static podman debootstrap chromium qemu-system-x86 e2fsprogs; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
-done
-if ((${#missing[@]})); then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-bash scripts/containerd-nri.sh >/dev/null  # containerd 1.7.24 with NRI: the integration tests' and the guest's
-
 stage build "ansible-galaxy collection build, installed for the integration tests and Molecule"
 installed=$(mktemp -d "${TMPDIR:-/tmp}/kubecpu-installed.XXXXXX")
 ansible-galaxy collection build --force --output-path "$installed" . >/dev/null
 ansible-galaxy collection install --offline --force -p "$installed/collections" "$installed"/kubecpu-cpu_manager-*.tar.gz >/dev/null
 export KUBECPU_COLLECTIONS_PATH="$installed/collections"
 ls "$KUBECPU_COLLECTIONS_PATH/ansible_collections/kubecpu/cpu_manager/roles" "$installed"/kubecpu-cpu_manager-*.tar.gz
-
-stage guest-start "guest stage started in the background: a real server (QEMU: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes, cgroup v2, systemd); its tests run beside the next stages, its output at the end"
-mkdir -p tests/output/guest
-python scripts/guest.py test --output tests/output/guest > tests/output/guest/stage.log 2>&1 &
-guest_pid=$!
+# the guest stage's host-side tests may start now: this interpreter, the built collection (written whole, then renamed)
+python - <<'PY'
+import json, os, sys
+ready = "tests/output/guest/ready.json"
+with open(ready + ".tmp", "w", encoding="utf-8") as handle:
+    json.dump({"python": sys.executable, "env": {name: os.environ[name] for name in ("PATH", "KUBECPU_COLLECTIONS_PATH")}},
+              handle)
+os.replace(ready + ".tmp", ready)
+PY
 
 stage ee "execution environment: ansible-builder create with the built collection, and its requirements as introspect reads them"
 ee="$installed/ee"
