@@ -84,7 +84,6 @@ def apply(*, present: bool, cpus: Optional[str], units: Sequence[str], cgroup_ro
         diff.append({"before_header": paths[unit], "after_header": paths[unit], "before": before[unit] or "",
                      "after": text})
         if not check_mode:
-            os.makedirs(os.path.dirname(paths[unit]), mode=0o755, exist_ok=True)
             _write(paths[unit], text)
 
     def remove(unit: str) -> None:
@@ -157,7 +156,9 @@ def _read(path: str) -> Optional[str]:
 
 
 def _write(path: str, text: str) -> None:
+    """The drop-in replaced whole (its directory made first, 0755 as systemd's own)."""
     try:
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
         atomic_write(path, text.encode("utf-8"), durable=True, mode=0o644)
     except OSError as exc:
         raise ConfigError("cannot write %s: %s" % (path, exc.strerror or exc)) from None

@@ -160,3 +160,13 @@ def test_any_confinement_is_idempotent_and_taken_out_leaves_nothing(tmp_path_fac
     node.apply(False, units=units)
     assert node.files() == {}
 
+
+def test_a_drop_in_directory_that_is_a_file_is_the_runs_error_naming_it(tmp_path):
+    node = Node(str(tmp_path))
+    os.makedirs(node.systemd)
+    with open(os.path.join(node.systemd, "system.slice.d"), "w", encoding="utf-8") as handle:
+        handle.write("not a directory\n")
+    with pytest.raises(ConfigError, match=re.escape("cannot read %s: Not a directory" % os.path.join(
+            node.systemd, "system.slice.d", DROPIN))):
+        node.apply(True, units=["system.slice"])
+    assert node.reloads == []
