@@ -356,7 +356,8 @@ class Guest:
         suite's set-up, most likely a keep-alive unanswered for 45 s; a hung guest is each command's own timeout."""
         return ["ssh", "-q", "-i", self.key, "-p", str(self.port), "-o", "StrictHostKeyChecking=no",
                 "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-                "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=40", "-o", "LogLevel=ERROR", "-o", "ControlMaster=auto",
+                "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=40", "-o", "LogLevel=ERROR",
+                "-o", "ControlMaster=auto",
                 "-o", "ControlPath=%s" % self.control_path(), "-o", "ControlPersist=300", "root@127.0.0.1"]
 
     def control_path(self) -> str:
