@@ -16,7 +16,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset
 from hypothesis import given
 from hypothesis import strategies as st
 
-UNITS = ["system.slice", "user.slice", "init.scope", "kubelet.service", "containerd.service"]
+UNITS = ("system.slice", "user.slice", "init.scope", "kubelet.service", "containerd.service")
 
 
 class Node:
@@ -49,9 +49,12 @@ class Node:
         return found
 
 
-@pytest.mark.parametrize("controllers, key", [("cpuset cpu io memory pids", "AllowedCPUs"), ("cpu io memory pids",
-                                                                                              "CPUAffinity"),
-                                              ("", "CPUAffinity"), ("cpusetx cpu", "CPUAffinity")])
+@pytest.mark.parametrize("controllers, key", [
+    ("cpuset cpu io memory pids", "AllowedCPUs"),
+    ("cpu io memory pids", "CPUAffinity"),
+    ("", "CPUAffinity"),
+    ("cpusetx cpu", "CPUAffinity"),
+])
 def test_the_setting_follows_cgroup_v2s_cpuset_controller(controllers, key):
     assert setting_key(controllers) == key
 
