@@ -351,13 +351,10 @@ class Guest:
     def ssh_argv(self) -> List[str]:
         """One SSH connection per guest, shared by every command (the stage's and its host tests': the same path for
         the same port): a key exchange costs the guest's sshd 1-2 s under emulation, a command over the open
-        connection a few milliseconds. The keep-alives give a starved guest 10 minutes: with the default 3 x 15 s the
-        shared connection dropped once (exit 255, every command on it with it) while both guests ran beside the
-        suite's set-up, most likely a keep-alive unanswered for 45 s; a hung guest is each command's own timeout."""
+        connection a few milliseconds."""
         return ["ssh", "-q", "-i", self.key, "-p", str(self.port), "-o", "StrictHostKeyChecking=no",
                 "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-                "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=40", "-o", "LogLevel=ERROR",
-                "-o", "ControlMaster=auto",
+                "-o", "ServerAliveInterval=15", "-o", "LogLevel=ERROR", "-o", "ControlMaster=auto",
                 "-o", "ControlPath=%s" % self.control_path(), "-o", "ControlPersist=300", "root@127.0.0.1"]
 
     def control_path(self) -> str:
