@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 started=$SECONDS
-work="" installed=""
-guest_pid=""
+work="" installed="" sanity_log=""
+guest_pid="" sanity_pid=""
 # The timing table printed at the end of every run, passed or failed: each stage's seconds (a stage ends where the
 # next begins), then the guest stage's groups and their parts (scripts/guest.py writes them to timings.tsv).
 stage_names=() stage_starts=()
@@ -34,7 +34,8 @@ timings() {
 # the guest stage runs beside the others; on any exit it is stopped (it stops its QEMUs itself on SIGTERM)
 # (the failing stage's exit code is kept: under set -e the stopped guest stage's 143 from wait became the suite's)
 trap 'code=$?; if [[ -n $guest_pid ]] && kill "$guest_pid" 2>/dev/null; then wait "$guest_pid" || true; fi
-      rm -rf ${work:+"$work"} ${installed:+"$installed"}; timings; exit $code' EXIT
+      if [[ -n $sanity_pid ]] && kill "$sanity_pid" 2>/dev/null; then wait "$sanity_pid" || true; fi
+      rm -rf ${work:+"$work"} ${installed:+"$installed"} ${sanity_log:+"$sanity_log"}; timings; exit $code' EXIT
 
 stage packages "system packages: python3 (the guest stage starts before the virtual environment), containerd, runc, busybox-static, podman, debootstrap, chromium, qemu-system-x86, e2fsprogs (apt-get when missing)"
 missing=()
@@ -112,6 +113,11 @@ git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C "$dest"
 ln -s "$(cd "${KUBECPU_SHARED:-$root/../shared}" && pwd)" "$work/ansible_collections/kubecpu/shared"  # the kubelet cases
 (cd "$dest" && ansible-test units --python 3.11 --venv --requirements --color no)
 
+stage sanity-start "ansible-test sanity (offline, on the same copy) started in the background: static checks, beside the next stages; its output at the end"
+sanity_log=$(mktemp)
+(cd "$dest" && ansible-test sanity --python 3.11 --venv --color no) > "$sanity_log" 2>&1 &
+sanity_pid=$!
+
 stage integration "integration tests against a real containerd (bin/kubecpu reconcile, the agent, the modules)"
 python -m pytest -q --junitxml=tests/output/junit-integration.xml tests/integration
 
@@ -130,9 +136,6 @@ export KUBECPU_MOLECULE_PORT_KUBELET KUBECPU_MOLECULE_PORT_AGENT
 (cd extensions && ANSIBLE_COLLECTIONS_PATH="$KUBECPU_COLLECTIONS_PATH" molecule test -s podman)
 (cd extensions && ANSIBLE_COLLECTIONS_PATH="$KUBECPU_COLLECTIONS_PATH" molecule test -s localhost)
 
-stage sanity "ansible-test sanity (offline, on the same copy)"
-(cd "$dest" && ansible-test sanity --python 3.11 --venv --color no)
-
 stage benchmarks "benchmarks (quick run)"
 python benchmarks/allocation.py --quick
 python benchmarks/state.py --quick
@@ -141,6 +144,14 @@ python benchmarks/fleet.py --quick
 python benchmarks/defrag.py --quick
 python benchmarks/housekeeping.py --quick
 python benchmarks/hook.py --quick
+
+stage sanity-wait "ansible-test sanity: waiting for it, then its output"
+sanity_code=0
+wait "$sanity_pid" || sanity_code=$?
+sanity_pid=""
+cat "$sanity_log"
+rm -f "$sanity_log"
+if ((sanity_code)); then echo "ansible-test sanity failed (exit $sanity_code)"; exit 1; fi
 
 stage guest-wait "the guest stage: waiting for it, then its output"
 guest_code=0
