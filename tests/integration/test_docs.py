@@ -32,8 +32,8 @@ def module_pages():
     (ansible-doc's start, about 2 s, is most of a page's cost)."""
     names = ["kubecpu.cpu_manager." + module for module in MODULES]
     text = ansible_doc(*names)
-    pages = {match.group(1): match.group(0) for match in re.finditer(r"^> MODULE (\S+).*?(?=^> MODULE |\Z)", text,
-                                                                       re.M | re.S)}
+    page = re.compile(r"^> MODULE (\S+).*?(?=^> MODULE |\Z)", re.M | re.S)
+    pages = {match.group(1): match.group(0) for match in page.finditer(text)}
     return pages, json.loads(ansible_doc("--json", *names))
 
 
