@@ -498,10 +498,14 @@ def _host_setup(ready: Optional[str], deadline: float) -> Tuple[str, Dict[str, s
         if _STOPPING.is_set() or time.monotonic() > deadline:
             raise GuestError("the host-side tests' set-up (%s) never came" % ready)
         time.sleep(READY_POLL)
-    with open(ready, encoding="utf-8") as handle:
-        setup = json.load(handle)
-    if not isinstance(setup, dict) or not isinstance(setup.get("python"), str) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in setup.get("env", {}).items()):
+    try:
+        with open(ready, encoding="utf-8") as handle:
+            setup = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise GuestError("%s: %s" % (ready, exc)) from None
+    env = setup.get("env", {}) if isinstance(setup, dict) else None
+    if not isinstance(setup.get("python") if isinstance(setup, dict) else None, str) or not isinstance(
+            env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise GuestError("%s: not {\"python\": path, \"env\": {name: value}}" % ready)
     return setup["python"], dict(setup.get("env", {}))
 
