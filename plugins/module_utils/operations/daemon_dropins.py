@@ -23,6 +23,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 from ..atomic import atomic_write
 from ..errors import ConfigError
 from ..kubelet.cpuset import CPUSet
+from .runtime_hook import read_text
 
 DROPIN = "50-kubecpu-housekeeping.conf"
 MAX_FILE_BYTES = 64 * 1024  # a drop-in, cgroup.controllers, sysfs' online list: a few bytes each
@@ -139,20 +140,7 @@ def _key_of(text: str, default: str) -> str:
 
 
 def _read(path: str) -> Optional[str]:
-    """A small text file, or None when there is none."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ConfigError("cannot read %s: %s" % (path, exc.strerror or exc)) from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ConfigError("%s is larger than %d bytes" % (path, MAX_FILE_BYTES))
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError("%s is not UTF-8" % path) from None
+    return read_text(path, MAX_FILE_BYTES)
 
 
 def _write(path: str, text: str) -> None:

@@ -182,16 +182,17 @@ class Installed(NamedTuple):
     detail: str
 
 
-def _read(path: str) -> Optional[str]:
+def read_text(path: str, limit: int = MAX_FILE_BYTES) -> Optional[str]:
+    """A UTF-8 file of at most ``limit`` bytes, or None when there is none (daemon_dropins reads with it too)."""
     try:
         with open(path, "rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
+            data = handle.read(limit + 1)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise ConfigError("cannot read %s: %s" % (path, exc.strerror or exc)) from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ConfigError("%s is larger than %d bytes" % (path, MAX_FILE_BYTES))
+    if len(data) > limit:
+        raise ConfigError("%s is larger than %d bytes" % (path, limit))
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -199,7 +200,7 @@ def _read(path: str) -> Optional[str]:
 
 
 def _json_file(path: str) -> Dict[str, Any]:
-    text = _read(path)
+    text = read_text(path)
     if text is None:
         raise ConfigError("%s does not exist" % path)
     try:
@@ -245,7 +246,7 @@ class Containerd:
         return version
 
     def install(self, entry: Dict[str, Any], check: bool) -> Installed:
-        text = _read(self.config)
+        text = read_text(self.config)
         if text is None:
             raise ConfigError("%s does not exist: write containerd's configuration first (containerd config default)"
                               % self.config)
@@ -259,8 +260,8 @@ class Containerd:
         else:
             base = json.loads(self.run([self.ctr, "oci", "spec"]))
         writes = [(path, content) for path, content, now in (
-            (self.previous_path, json.dumps({"base_runtime_spec": previous}) + "\n", _read(self.previous_path)),
-            (self.spec, _json_text(with_hook(base, entry)), _read(self.spec)),
+            (self.previous_path, json.dumps({"base_runtime_spec": previous}) + "\n", read_text(self.previous_path)),
+            (self.spec, _json_text(with_hook(base, entry)), read_text(self.spec)),
             (self.config, new_text, text)) if now != content]
         if writes and not check:
             try:
@@ -278,7 +279,7 @@ class Containerd:
                          "base_runtime_spec of handler %s: %s" % (self.handler, self.spec))
 
     def remove(self, check: bool) -> Installed:
-        text = _read(self.config)
+        text = read_text(self.config)
         if text is None:
             return Installed(False, [], False, "%s does not exist" % self.config)
         remembered = self._remembered()
@@ -315,7 +316,7 @@ def install_crio(hooks_dir: str, entry: Dict[str, Any], check: bool) -> Installe
     """CRI-O: ``<hooks_dir>/kubecpu.json`` (CRI-O watches the directory: no restart)."""
     path = os.path.join(hooks_dir, "kubecpu.json")
     text = _json_text(crio_hook(entry))
-    changed = _read(path) != text
+    changed = read_text(path) != text
     if changed and not check:
         os.makedirs(hooks_dir, mode=0o755, exist_ok=True)
         _write(path, text)
