@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 started=$SECONDS
-work="" installed="" sanity_log=""
-guest_pid="" sanity_pid=""
+work="" installed="" sanity_log="" molecule_log=""
+guest_pid="" sanity_pid="" molecule_pid=""
 # The timing table printed at the end of every run, passed or failed: each stage's seconds (a stage ends where the
 # next begins), then the guest stage's groups and their parts (scripts/guest.py writes them to timings.tsv).
 stage_names=() stage_starts=()
@@ -35,7 +35,10 @@ timings() {
 # (the failing stage's exit code is kept: under set -e the stopped guest stage's 143 from wait became the suite's)
 trap 'code=$?; if [[ -n $guest_pid ]] && kill "$guest_pid" 2>/dev/null; then wait "$guest_pid" || true; fi
       if [[ -n $sanity_pid ]] && kill "$sanity_pid" 2>/dev/null; then wait "$sanity_pid" || true; fi
-      rm -rf ${work:+"$work"} ${installed:+"$installed"} ${sanity_log:+"$sanity_log"}; timings; exit $code' EXIT
+      if [[ -n $molecule_pid ]] && kill -- "-$molecule_pid" 2>/dev/null; then wait "$molecule_pid" || true
+        podman rm -f -t 0 kubecpu-kubelet-node kubecpu-agent-node >/dev/null 2>&1 || true; fi
+      rm -rf ${work:+"$work"} ${installed:+"$installed"} ${sanity_log:+"$sanity_log"} ${molecule_log:+"$molecule_log"}
+      timings; exit $code' EXIT
 
 stage packages "system packages: python3 (the guest stage starts before the virtual environment), containerd, runc, busybox-static, podman, debootstrap, chromium, qemu-system-x86, e2fsprogs (apt-get when missing)"
 missing=()
@@ -118,10 +121,10 @@ sanity_log=$(mktemp)
 (cd "$dest" && ansible-test sanity --python 3.11 --venv --color no) > "$sanity_log" 2>&1 &
 sanity_pid=$!
 
-stage integration "integration tests against a real containerd (bin/kubecpu reconcile, the agent, the modules)"
-python -m pytest -q --junitxml=tests/output/junit-integration.xml tests/integration
-
-stage molecule "Molecule: podman scenario (systemd nodes: both roles, rollout, idempotence, testinfra) and localhost scenario"
+# Molecule waits on its nodes (SSH round trips, systemd, the stand-in kubelet's health) more than it computes: it runs
+# beside the integration tests (they share nothing: podman nodes there, the lab's containerd and temporary trees here)
+# in a session of its own (a failure elsewhere kills all of it; the trap removes its nodes), its output at the end
+stage molecule-start "Molecule started in the background: podman scenario (systemd nodes: both roles, rollout, idempotence, testinfra), then the localhost scenario; its output at the end"
 bash scripts/molecule-image.sh
 # the nodes' SSH ports on 127.0.0.1 (extensions/molecule/podman/molecule.yml): two the kernel has free now
 read -r KUBECPU_MOLECULE_PORT_KUBELET KUBECPU_MOLECULE_PORT_AGENT < <(python - <<'PY'
@@ -133,8 +136,21 @@ print(*(probe.getsockname()[1] for probe in probes))
 PY
 )
 export KUBECPU_MOLECULE_PORT_KUBELET KUBECPU_MOLECULE_PORT_AGENT
-(cd extensions && ANSIBLE_COLLECTIONS_PATH="$KUBECPU_COLLECTIONS_PATH" molecule test -s podman)
-(cd extensions && ANSIBLE_COLLECTIONS_PATH="$KUBECPU_COLLECTIONS_PATH" molecule test -s localhost)
+molecule_log=$(mktemp)
+ANSIBLE_COLLECTIONS_PATH="$KUBECPU_COLLECTIONS_PATH" \
+  setsid bash -c 'cd extensions && molecule test -s podman && molecule test -s localhost' > "$molecule_log" 2>&1 &
+molecule_pid=$!  # setsid's own process (a background job is no group leader): its session's process group
+
+stage integration "integration tests against a real containerd (bin/kubecpu reconcile, the agent, the modules)"
+python -m pytest -q --junitxml=tests/output/junit-integration.xml tests/integration
+
+stage molecule-wait "Molecule: waiting for it, then its output"
+molecule_code=0
+wait "$molecule_pid" || molecule_code=$?
+molecule_pid=""
+cat "$molecule_log"
+rm -f "$molecule_log"
+if ((molecule_code)); then echo "Molecule failed (exit $molecule_code)"; exit 1; fi
 
 stage benchmarks "benchmarks (quick run)"
 python benchmarks/allocation.py --quick
