@@ -63,9 +63,9 @@ PYCACHE = "PYTHONPYCACHEPREFIX=/var/tmp/pycache "
 # No speculation mitigations: under TCG page-table isolation (an Intel vendor makes the kernel think it needs it)
 # makes every system call flush the emulated TLB; without them the guest forks and imports about 2x faster.
 KERNEL_ARGS = "mitigations=off"
-# The guests' emulation ahead of the host's own stages when both want the CPU (scripts/test.sh runs them side by side
-# and the guest groups are its long pole; the host stages wait on SSH, systemd and podman more than they compute). A
-# non-root user's nice refuses a negative value, says so, and runs QEMU as it is.
+# The guests' emulation ahead of the host's own stages when both want the CPU: scripts/test.sh runs them side by side
+# and the guest groups are its long pole. A non-root user's nice refuses a negative value, says so, and runs QEMU as
+# it is.
 NICE = -5
 BOOT_TIMEOUT = 480.0  # seconds from QEMU's start to SSH and "running": 60-100 s idle, 180-210 s beside the suite
 with open(os.path.join(ROOT, "scripts", "guest_zipcache.py"), encoding="utf-8") as _source:

@@ -31,6 +31,16 @@ timings() {
   fi
   printf '%6d  the whole suite\n' "$end"
 }
+# collect PID_VARIABLE LOG WHAT: a stage started in the background waited for (its PID variable emptied, so that the
+# trap leaves it be), its output printed, the suite failed with its exit code
+collect() {
+  local -n pid_of=$1
+  local code=0
+  wait "$pid_of" || code=$?
+  pid_of=""
+  cat "$2"
+  if ((code)); then echo "$3 failed (exit $code)"; exit 1; fi
+}
 # the guest stage runs beside the others; on any exit it is stopped (it stops its QEMUs itself on SIGTERM)
 # (the failing stage's exit code is kept: under set -e the stopped guest stage's 143 from wait became the suite's)
 trap 'code=$?; if [[ -n $guest_pid ]] && kill "$guest_pid" 2>/dev/null; then wait "$guest_pid" || true; fi
@@ -145,12 +155,7 @@ stage integration "integration tests against a real containerd (bin/kubecpu reco
 python -m pytest -q --junitxml=tests/output/junit-integration.xml tests/integration
 
 stage molecule-wait "Molecule: waiting for it, then its output"
-molecule_code=0
-wait "$molecule_pid" || molecule_code=$?
-molecule_pid=""
-cat "$molecule_log"
-rm -f "$molecule_log"
-if ((molecule_code)); then echo "Molecule failed (exit $molecule_code)"; exit 1; fi
+collect molecule_pid "$molecule_log" Molecule
 
 stage benchmarks "benchmarks (quick run)"
 python benchmarks/allocation.py --quick
@@ -162,19 +167,10 @@ python benchmarks/housekeeping.py --quick
 python benchmarks/hook.py --quick
 
 stage sanity-wait "ansible-test sanity: waiting for it, then its output"
-sanity_code=0
-wait "$sanity_pid" || sanity_code=$?
-sanity_pid=""
-cat "$sanity_log"
-rm -f "$sanity_log"
-if ((sanity_code)); then echo "ansible-test sanity failed (exit $sanity_code)"; exit 1; fi
+collect sanity_pid "$sanity_log" "ansible-test sanity"
 
 stage guest-wait "the guest stage: waiting for it, then its output"
-guest_code=0
-wait "$guest_pid" || guest_code=$?
-guest_pid=""
-cat tests/output/guest/stage.log
-if ((guest_code)); then echo "the guest stage failed (exit $guest_code)"; exit 1; fi
+collect guest_pid tests/output/guest/stage.log "the guest stage"
 
 timings  # before the closing line, which stays the last one
 UNIT_JUNIT="$dest/tests/output/junit" python - <<'PY'

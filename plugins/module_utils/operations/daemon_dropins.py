@@ -70,9 +70,9 @@ def apply(*, present: bool, cpus: Optional[str], units: Sequence[str], cgroup_ro
     for unit in units:
         if not UNIT_NAME.match(unit):
             raise ConfigError("unit %r: not a systemd service, slice or scope name" % unit)
-    key = setting_key(_read(os.path.join(cgroup_root, "cgroup.controllers")) or "")
+    key = setting_key(read_text(os.path.join(cgroup_root, "cgroup.controllers"), MAX_FILE_BYTES) or "")
     paths = {unit: dropin_path(systemd_dir, unit) for unit in units}
-    before = {unit: _read(path) for unit, path in paths.items()}
+    before = {unit: read_text(path, MAX_FILE_BYTES) for unit, path in paths.items()}
     written: List[str] = []
     removed: List[str] = []
     diff: List[Dict[str, str]] = []
@@ -114,7 +114,8 @@ def apply(*, present: bool, cpus: Optional[str], units: Sequence[str], cgroup_ro
             reloads += reloaded()
         return Outcome(key, {paths[u]: c for u, c in wanted.items() if c}, written, removed, reloads, diff)
 
-    online = str(CPUSet.parse((_read(os.path.join(sysfs_root, "sys/devices/system/cpu/online")) or "").strip()))
+    online_list = read_text(os.path.join(sysfs_root, "sys/devices/system/cpu/online"), MAX_FILE_BYTES) or ""
+    online = str(CPUSet.parse(online_list.strip()))
     if not online:
         raise ConfigError("cannot read the online CPUs from %s" % os.path.join(sysfs_root, "sys/devices/system/cpu"))
     there = [unit for unit in units if before[unit] is not None]
@@ -137,10 +138,6 @@ def _key_of(text: str, default: str) -> str:
         if re.search(r"^%s=" % name, text, re.M):
             return name
     return default
-
-
-def _read(path: str) -> Optional[str]:
-    return read_text(path, MAX_FILE_BYTES)
 
 
 def _write(path: str, text: str) -> None:
