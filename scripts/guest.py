@@ -55,7 +55,11 @@ PACKAGES = ("linux-image-amd64", "initramfs-tools", "zstd", "udev", "dbus", "kmo
 INITRD_MODULES = ("virtio_pci", "virtio_blk", "ext4")
 IMAGE_SIZE = "3G"
 SMP = "8,sockets=2,cores=2,threads=2"
-CPU = "max,vendor=GenuineIntel,xlevel=0x80000008"  # an Intel vendor for CPUID leaf 0xB: the guest sees SMT siblings
+# An Intel vendor for CPUID leaf 0xB: the guest sees SMT siblings. Nehalem, not "max": with max the guest's glibc and
+# Python take their AVX2 paths, which TCG emulates slowly. Measured with "guest.py costs" on an idle host (max ->
+# Nehalem): an ansible module run 4.4-7.1 -> 3.4-4.6 s, compileall of the core 11.5 -> 9.4 s, bin/kubecpu topology
+# 4.4 -> 3.4 s, the boot 69 -> 57 s.
+CPU = "Nehalem,vendor=GenuineIntel,xlevel=0x80000008"
 NODE_MEMORY = "768M"  # per NUMA node
 # The checkout is read-only in the guest: Python keeps its bytecode beside it instead, compiled once per boot (a guest
 # vCPU compiles the core about 25x slower than the host).

@@ -79,7 +79,9 @@ def driver(request):
     return request.param
 
 
-@pytest.fixture(scope="module")
+# The labs live for the whole pytest run (each test removes the pods it made): a containerd's start, image import and
+# stop cost 30-50 s of a guest vCPU, once per run instead of once per test module.
+@pytest.fixture(scope="session")
 def lab16():
     """containerd 1.6 (Debian 12's, no NRI, no CRI events), systemd cgroup driver."""
     with make_lab("systemd") as lab:
@@ -87,7 +89,7 @@ def lab16():
         yield lab
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def lab17():
     """containerd 1.7.24 with NRI and CRI events, cgroupfs driver."""
     with make_lab("cgroupfs", nri=True) as lab:

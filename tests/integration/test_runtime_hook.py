@@ -87,7 +87,13 @@ def role_hook(tmp_path, fail_closed, python, check=False):
 
     playbook = tmp_path / "hook.yml"
     playbook.write_text(HOOK_TASKS)
-    extra = {"cpu_manager_fail_closed": fail_closed, "cpu_manager_agent_install_dir": ROOT,
+    install = tmp_path / "install"  # the package's layout (present.yml packs it), its members this checkout's
+    if not install.exists():
+        install.mkdir()
+        for member, source in (("bin", "bin"), ("plugins", "plugins"),
+                               ("hook-probe", "roles/cpu_manager_agent/files/hook-probe")):
+            (install / member).symlink_to(os.path.join(ROOT, source))
+    extra = {"cpu_manager_fail_closed": fail_closed, "cpu_manager_agent_install_dir": str(install),
              "cpu_manager_agent_config_path": str(tmp_path / "agent.json"), "cpu_manager_agent_python": python,
              "cpu_manager_agent_containerd_config": str(tmp_path / "config.toml"),
              "cpu_manager_agent_containerd_service": "", "ansible_python_interpreter": sys.executable,
