@@ -47,6 +47,8 @@ def cmd_hook(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) 
     from .cli_args import node_config  # noqa: PLC0415
 
     result = Hook(node_config(args), args.lock_timeout).run(_stdin_bytes(stdin))
+    if result.view_error:  # the container is placed; only the quick path of the next one is lost
+        err.write("kubecpu hook: warning: %s\n" % result.view_error)
     out.write(dumps(result.to_dict()) + "\n")
     return 0
 

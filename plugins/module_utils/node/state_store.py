@@ -169,7 +169,10 @@ class StateStore:
         self._known = (data, state.copy())
         self.identity = identity(os.stat(self.path))  # after the rename, which changes the inode's ctime
         if os.path.exists(view_path(self.path)):  # an OCI hook reads this state: its view follows every write
-            self.write_hook_view(state)
+            # The state is saved: a view that cannot follow is a cache miss, not a failed save (its readers ignore a
+            # view naming another file; the hook reports its own failed write).
+            with contextlib.suppress(StoreError):
+                self.write_hook_view(state)
         return True
 
     def write_hook_view(self, state: CPUState) -> None:

@@ -30,7 +30,10 @@ if TYPE_CHECKING:  # every container start imports this module: typing (about 5 
 
     from .model import ContainerInfo
 
-MAX_STATE_BYTES = 64 * 1024  # the OCI state: an ID, a PID, a path and the annotations
+# The OCI state: an ID, a PID, a path and the annotations. Kubernetes allows a pod 256 KiB of annotations
+# (TotalAnnotationSizeLimitB), CRI-O copies them into a sandbox's state twice, and JSON can spell a byte in six
+# (\u003c): 2 x 256 KiB x 6 = 3 MiB. The bound is on memory, well above what any pod can send.
+MAX_STATE_BYTES = 4 * 1024 * 1024
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # config.json: its environment and mounts are the large parts (tens of KiB)
 STATE_TIMEOUT = 2.0  # seconds for the runtime to write the state and close stdin
 CONTAINER, SANDBOX = "container", "sandbox"

@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from typing import IO, List, NamedTuple, Optional
 
-from ..errors import AllocationError, HookInputError, KubecpuError
+from ..errors import AllocationError, HookInputError, KubecpuError, StoreError
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.state import CPUState
 from ..node.config import NodeConfig
@@ -57,9 +57,13 @@ class HookResult(NamedTuple):
     container: str  # namespace/pod/container (ID), "" when passed
     cpus: str
     moved: int = 0  # other containers moved off newly exclusive CPUs
+    view_error: str = ""  # the view could not be written: the next start checks the slow way (never a refusal)
 
     def to_dict(self) -> dict:  # type: ignore[type-arg]
-        return dict(self._asdict())
+        answer = dict(self._asdict())
+        if not self.view_error:
+            del answer["view_error"]
+        return answer
 
 
 class Hook:
@@ -93,8 +97,8 @@ class Hook:
         state = self.store.load()
         target = self._target(hooked, state)
         if state is not None and target is not None and current == target:
-            self.store.write_hook_view(state)  # verified: the next start of a container checks in the quick path
-            return HookResult("checked", hooked.ref, str(target))
+            # verified: the next start of a container checks in the quick path
+            return HookResult("checked", hooked.ref, str(target), view_error=self._write_view(state))
         with self.store.locked():  # a write: decided again on the state as it is under the lock
             state = self.store.load()
             target = self._target(hooked, state)
@@ -104,8 +108,7 @@ class Hook:
                 return self._allocate(hooked)
             self.cgroups.set_cpus(hooked.cgroup_path, target)
             self.marks.mark([hooked.id])
-            self.store.write_hook_view(state)
-            return HookResult("set", hooked.ref, str(target))
+            return HookResult("set", hooked.ref, str(target), view_error=self._write_view(state))
 
     def _target(self, hooked: HookedContainer, state: Optional[CPUState]) -> Optional[CPUSet]:
         """Its exclusive CPUs, else the shared pool when it needs none; None when it needs an allocation (or there
@@ -147,8 +150,16 @@ class Hook:
         self.cgroups.set_cpus(hooked.cgroup_path, held)
         moved = self._move_overlapping(hooked, held, plan.after.default)
         self.marks.mark([hooked.id] + moved)
-        self.store.write_hook_view(plan.after)
-        return HookResult("allocated", hooked.ref, str(held), len(moved))
+        return HookResult("allocated", hooked.ref, str(held), len(moved), self._write_view(plan.after))
+
+    def _write_view(self, state: CPUState) -> str:
+        """The view of ``state`` for the quick path; "" when written, else why not. A view is a cache: a full disk
+        or a read-only ``/var/lib`` costs the next start its quick answer, never this container its creation."""
+        try:
+            self.store.write_hook_view(state)
+        except StoreError as exc:
+            return str(exc)
+        return ""
 
     def _move_overlapping(self, hooked: HookedContainer, exclusive: CPUSet, pool: CPUSet) -> List[str]:
         """Every other container cgroup on ``exclusive`` to ``pool``; the IDs of those moved."""

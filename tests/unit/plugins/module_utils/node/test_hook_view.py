@@ -44,6 +44,17 @@ def test_a_writer_keeps_an_existing_view_current_and_creates_none(tmp_path):
     assert read_view(store.path)["entries"] == {UID: {"app": "4-5"}}
 
 
+def test_a_view_that_cannot_follow_a_save_is_stale_and_the_save_stands(tmp_path):
+    """The view is a cache: when it cannot be rewritten (a full disk, a read-only directory; here its rename fails),
+    the state is still saved and the old view, naming the old file, is not used."""
+    store = viewed(tmp_path)
+    os.unlink(view_path(store.path))
+    os.makedirs(view_path(store.path))  # the view's rename onto it fails
+    assert StateStore(store.path).save(state("4-5"))
+    assert StateStore(store.path, read_only=True).load().entries == {UID: {"app": CPUSet.parse("4-5")}}
+    assert read_view(store.path) is None and not [n for n in os.listdir(str(tmp_path)) if ".tmp-" in n]
+
+
 def rename_same_bytes(path):
     data = open(path, "rb").read()
     with open(path + ".new", "wb") as handle:

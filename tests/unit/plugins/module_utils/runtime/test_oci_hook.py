@@ -185,3 +185,16 @@ def test_an_in_memory_stdin_is_read_with_the_same_limit():
     assert read_state(io.BytesIO(json.dumps(state_doc()).encode())).id == CID
     with pytest.raises(HookInputError, match="larger than"):
         read_state(io.BytesIO(b" " * (MAX_STATE_BYTES + 1)))
+
+
+def test_kubernetes_largest_annotations_are_read_as_cri_o_hands_them_to_a_sandbox():
+    """Kubernetes allows a pod 256 KiB of annotations; CRI-O copies them into a sandbox's state twice, and Go's JSON
+    spells ``<`` in six bytes: the whole of it is read (and the bound on memory stays: MAX_STATE_BYTES)."""
+    pod = {"example.com/blob-%d" % n: "<" * (64 * 1024 - 32) for n in range(4)}  # 256 KiB, each "<" as \u003c
+    both = dict(CRIO, **pod, **{"io.kubernetes.cri-o.Annotations": json.dumps(pod)})
+    data = json.dumps(state_doc(annotations=both)).replace("<", "\\u003c").encode()
+    assert 2 * 256 * 1024 * 6 > len(data) > 2 * 256 * 1024 * 5 and len(data) < MAX_STATE_BYTES
+    stream, writer = pipe(data)
+    state = read_state(stream)
+    writer.join()
+    assert state.annotations == both

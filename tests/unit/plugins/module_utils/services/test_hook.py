@@ -169,6 +169,61 @@ def test_the_cli_exits_1_with_one_line_and_0_with_what_it_did(node):
     assert code == 1 and out == "" and len(err.strip().splitlines()) == 1 and "not JSON" in err
 
 
+def unwritable_view(node):
+    """The view's path is a directory: its rename fails as on a full disk or a read-only /var/lib."""
+    if os.path.isfile(node.state + ".hookview"):
+        os.unlink(node.state + ".hookview")
+    os.makedirs(node.state + ".hookview")
+
+
+@pytest.mark.parametrize("step", ["allocated", "set", "checked"])
+def test_a_view_it_cannot_write_costs_speed_and_a_line_never_a_refusal(node, step):
+    """The view is a cache for the quick path: allocated, set or checked, the container is placed and created, the
+    answer says why the view is missing, and no temporary file is left beside it."""
+    pinned = node.container("Guaranteed", 2000)
+    if step != "allocated":
+        node.run(pinned)
+    odd = node.container("Guaranteed", 1500)  # on the shared pool: no exclusive CPUs for 1.5 CPUs
+    if step == "checked":
+        node.run(odd)
+    unwritable_view(node)
+    made = {"allocated": pinned, "set": odd, "checked": odd}[step]
+    result = node.run(made)
+    assert result.action == step and "cannot write %s.hookview" % node.state in result.view_error
+    assert result.to_dict()["view_error"] == result.view_error
+    held = node.saved().get(made["uid"], "app") if step == "allocated" else node.saved().default
+    assert node.cpus(made) == held
+    assert [name for name in os.listdir(os.path.dirname(node.state)) if ".tmp-" in name] == []
+
+
+def test_the_cli_warns_of_a_view_it_cannot_write_and_creates_the_container(node):
+    app = node.container("Guaranteed", 2000)
+    unwritable_view(node)
+    argv = ["hook", "--state", node.state, "--sysfs-root", node.sysfs, "--cgroup-root", str(node.cgroup),
+            "--reserved-cpus", "0", "--kubelet-state", str(node.tmp / "no-kubelet-state")]
+    code, out, err = cli_run(argv, stdin=app["stdin"].decode())
+    assert code == 0 and json.loads(out)["action"] == "allocated"
+    assert err.startswith("kubecpu hook: warning: cannot write %s.hookview" % node.state)
+
+
+def test_a_written_view_leaves_no_view_error_in_the_answer(node):
+    result = node.run(node.container("Guaranteed", 2000))
+    assert result.view_error == "" and "view_error" not in result.to_dict()
+
+
+def test_a_pod_with_kubernetes_largest_annotations_is_placed(node):
+    """256 KiB of annotations (Kubernetes' limit) in the state and in config.json: read whole, the container placed
+    through the CLI's quick path and the full hook."""
+    app = node.container("Guaranteed", 2000)
+    state = json.loads(app["stdin"])
+    state["annotations"].update({"example.com/blob-%d" % n: "x" * (64 * 1024 - 32) for n in range(4)})
+    argv = ["hook", "--state", node.state, "--sysfs-root", node.sysfs, "--cgroup-root", str(node.cgroup),
+            "--reserved-cpus", "0", "--kubelet-state", str(node.tmp / "no-kubelet-state")]
+    code, out, err = cli_run(argv, stdin=json.dumps(state))
+    assert code == 0 and json.loads(out)["action"] == "allocated", err
+    assert node.cpus(app) == node.saved().get(app["uid"], "app")
+
+
 def test_killed_at_any_moment_the_state_is_one_complete_generation(node):
     """``bin/kubecpu hook`` killed with SIGKILL at random moments of its run (the first run, not killed, says how long
     one takes): the state file is the one before or the one after, valid each time; an entry it holds is off the
