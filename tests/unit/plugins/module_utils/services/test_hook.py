@@ -25,6 +25,7 @@ import time
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import ManagerOptions
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.hook_view import view_path
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.hook import HookRefusal
 
@@ -159,10 +160,15 @@ def test_a_cgroup_it_cannot_write_refuses_the_container(node):
         node.run(app)
 
 
+def hook_argv(node):
+    """``bin/kubecpu hook`` as the runtime's spec runs it on this node."""
+    return ["hook", "--state", node.state, "--sysfs-root", node.sysfs, "--cgroup-root", str(node.cgroup),
+            "--reserved-cpus", "0", "--kubelet-state", str(node.tmp / "no-kubelet-state")]
+
+
 def test_the_cli_exits_1_with_one_line_and_0_with_what_it_did(node):
     app = node.container("Guaranteed", 2000)
-    argv = ["hook", "--state", node.state, "--sysfs-root", node.sysfs, "--cgroup-root", str(node.cgroup),
-            "--reserved-cpus", "0", "--kubelet-state", str(node.tmp / "no-kubelet-state")]
+    argv = hook_argv(node)
     code, out, _err = cli_run(argv, stdin=app["stdin"].decode())
     assert code == 0 and json.loads(out)["action"] == "allocated"
     code, out, err = cli_run(argv, stdin="{")
@@ -171,9 +177,9 @@ def test_the_cli_exits_1_with_one_line_and_0_with_what_it_did(node):
 
 def unwritable_view(node):
     """The view's path is a directory: its rename fails as on a full disk or a read-only /var/lib."""
-    if os.path.isfile(node.state + ".hookview"):
-        os.unlink(node.state + ".hookview")
-    os.makedirs(node.state + ".hookview")
+    if os.path.isfile(view_path(node.state)):
+        os.unlink(view_path(node.state))
+    os.makedirs(view_path(node.state))
 
 
 @pytest.mark.parametrize("step", ["allocated", "set", "checked"])
@@ -189,7 +195,7 @@ def test_a_view_it_cannot_write_costs_speed_and_a_line_never_a_refusal(node, ste
     unwritable_view(node)
     made = {"allocated": pinned, "set": odd, "checked": odd}[step]
     result = node.run(made)
-    assert result.action == step and "cannot write %s.hookview" % node.state in result.view_error
+    assert result.action == step and "cannot write %s" % view_path(node.state) in result.view_error
     assert result.to_dict()["view_error"] == result.view_error
     held = node.saved().get(made["uid"], "app") if step == "allocated" else node.saved().default
     assert node.cpus(made) == held
@@ -199,11 +205,10 @@ def test_a_view_it_cannot_write_costs_speed_and_a_line_never_a_refusal(node, ste
 def test_the_cli_warns_of_a_view_it_cannot_write_and_creates_the_container(node):
     app = node.container("Guaranteed", 2000)
     unwritable_view(node)
-    argv = ["hook", "--state", node.state, "--sysfs-root", node.sysfs, "--cgroup-root", str(node.cgroup),
-            "--reserved-cpus", "0", "--kubelet-state", str(node.tmp / "no-kubelet-state")]
+    argv = hook_argv(node)
     code, out, err = cli_run(argv, stdin=app["stdin"].decode())
     assert code == 0 and json.loads(out)["action"] == "allocated"
-    assert err.startswith("kubecpu hook: warning: cannot write %s.hookview" % node.state)
+    assert err.startswith("kubecpu hook: warning: cannot write %s" % view_path(node.state))
 
 
 def test_a_written_view_leaves_no_view_error_in_the_answer(node):
@@ -217,8 +222,7 @@ def test_a_pod_with_kubernetes_largest_annotations_is_placed(node):
     app = node.container("Guaranteed", 2000)
     state = json.loads(app["stdin"])
     state["annotations"].update({"example.com/blob-%d" % n: "x" * (64 * 1024 - 32) for n in range(4)})
-    argv = ["hook", "--state", node.state, "--sysfs-root", node.sysfs, "--cgroup-root", str(node.cgroup),
-            "--reserved-cpus", "0", "--kubelet-state", str(node.tmp / "no-kubelet-state")]
+    argv = hook_argv(node)
     code, out, err = cli_run(argv, stdin=json.dumps(state))
     assert code == 0 and json.loads(out)["action"] == "allocated", err
     assert node.cpus(app) == node.saved().get(app["uid"], "app")
