@@ -5,14 +5,16 @@
 A reader sees the old file or the new one, never a half-written one. ``durable`` adds the fsyncs that make the
 new file survive a crash (the file before the rename, the directory after): the checkpoint needs them, the
 container cache and the metrics file (both rebuilt by the next pass) do not. Whatever fails, the temporary file
-is removed: a full disk must not fill up with them.
+is removed: a full disk must not fill up with them. A writer killed with SIGKILL cannot remove its own; the next
+one sweeps them (``sweep_temporaries``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import Callable, Optional, Tuple
+import time
+from typing import Callable, List, Optional, Tuple
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
@@ -34,6 +36,32 @@ def create_temporary(directory: str, name: str) -> Tuple[int, str]:
             return os.open(tmp, _CREATE, 0o600), tmp
         except FileExistsError:
             continue
+
+
+STALE_AFTER = 60.0  # seconds: a temporary file this old was left by a writer that was killed (a write takes ms)
+
+
+def sweep_temporaries(directory: str, name: str, now: Optional[float] = None) -> List[str]:
+    """Remove the temporary files that writers of ``name`` and the files named after it (``name.*``) left in
+    ``directory`` when they were killed between creating and renaming them (SIGKILL runs no clean-up): those older
+    than ``STALE_AFTER``, so that a write in progress is never touched. Returns the names removed."""
+    now = time.time() if now is None else now
+    removed: List[str] = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not ((entry.name.startswith("." + name) and ".tmp-" in entry.name)
+                or entry.name.startswith(name + ".prev-tmp-")):
+            continue
+        try:
+            if entry.is_file(follow_symlinks=False) and now - entry.stat(follow_symlinks=False).st_mtime > STALE_AFTER:
+                os.unlink(entry.path)
+                removed.append(entry.name)
+        except OSError:  # gone already, or not ours to remove
+            continue
+    return removed
 
 
 def atomic_write(path: str, data: bytes, *, durable: bool, mode: int = 0o600,

@@ -177,3 +177,8 @@ class HousekeepingError(KubecpuError):
 
 class SafetyError(KubecpuError):
     """kubecpu refuses to act because another manager pins CPUs on this node, or the setup would break it."""
+
+
+class KubeletPinsError(SafetyError):
+    """The kubelet's checkpoint says the static policy: the kubelet pins CPUs itself and kubecpu steps aside (the
+    hook and the NRI plugin pass every container untouched, a pass of the agent writes nothing)."""

@@ -172,7 +172,7 @@ def cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextI
 def cmd_reconcile(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     config = node_config(args)
     topo = load_topology(args, stdin)
-    manager = build_manager(config, with_runtime=True, topology=topo)
+    manager = build_manager(config, with_runtime=True, topology=topo, service=args.loop)
     if args.loop:
         wakers = [] if args.no_watch else _wakers(manager, err)
         try:
@@ -237,7 +237,8 @@ def cmd_nri(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -
     from ..services.nri_plugin import NRIPlugin, NRIView  # noqa: PLC0415  # only this command imports it
 
     view = NRIView()
-    manager = build_manager(node_config(args), with_runtime=True, topology=load_topology(args, stdin), runtime=view)
+    manager = build_manager(node_config(args), with_runtime=True, topology=load_topology(args, stdin), runtime=view,
+                            service=True)
     plugin = NRIPlugin(manager, view, err, socket_path=args.socket, name=args.plugin_name, index=args.plugin_index,
                        metrics_path=args.metrics_path)
     return plugin.run()

@@ -3,13 +3,12 @@
 """``bin/kubecpu hook`` on its own: the OCI hook runs on every container's start path, so ``bin/kubecpu`` loads this
 module instead of ``cli`` for it. Same flags, configuration file and exit codes as every sub-command.
 
-A start that needs nothing (the container is not Kubernetes', or its cgroup already holds what the state gives it)
-is answered by ``services.hook_check`` before the argument parser, the configuration and the kubelet model are even
+A start that needs nothing (the container is not Kubernetes', or its cgroup already holds what the state gives it) is
+answered by ``services.hook_check`` before the argument parser, the configuration and the kubelet model are even
 imported: this module reads the few settings that check needs (``--state``, ``--cgroup-root``, ``--policy``,
-``--read-only``, from the flags or the ``--config`` file) by itself, and only from a command line every word of which
-the hook's parser knows. Anything else, and every start the check cannot confirm, goes through the parser and
-``services.hook`` as before, with the bytes already read from stdin.
-"""
+``--kubelet-state``, ``--read-only``, ``--force``, from the flags or the ``--config`` file) by itself, and only from a
+command line every word of which the hook's parser knows. Anything else, and every start the check cannot confirm, goes
+through the parser and ``services.hook`` as before, with the bytes already read from stdin."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ import io
 import sys
 
 from ..errors import KubecpuError
-from ..node.state_paths import DEFAULT_PATH
+from ..node.state_paths import DEFAULT_PATH, KUBELET_PATH
 from ..runtime.cgroups import DEFAULT_ROOT
 from ..runtime.oci_hook import read_stdin
 from ..services.hook_check import quick_check
@@ -31,11 +30,11 @@ if TYPE_CHECKING:
 MAX_CONFIG_BYTES = 1024 * 1024  # the configuration file: a JSON object of option names
 # The hook parser's flags (a test holds this to ``build_parser(only="hook")``): those the check reads, the
 # switches, and the rest, each of which takes one value.
-QUICK_SETTINGS = ("--state", "--cgroup-root", "--policy", "--config")
+QUICK_SETTINGS = ("--state", "--cgroup-root", "--policy", "--kubelet-state", "--config")
 SWITCHES = ("--read-only", "--force", "--align-memory", "--besteffort-idle", "--cpu-burst")
 LISTS = ("--option", "--feature-gate", "--topology-manager-option")
 OTHER_FLAGS = ("--num-reserved", "--reserved-cpus", "--option", "--kubelet-version", "--feature-gate", "--runtime",
-               "--runtime-endpoint", "--crictl", "--runtime-timeout", "--kubelet-state", "--cache", "--isolated-cpus",
+               "--runtime-endpoint", "--crictl", "--runtime-timeout", "--cache", "--isolated-cpus",
                "--cpu-quota", "--irq-isolation", "--topology-manager-policy", "--topology-manager-scope",
                "--topology-manager-option", "--topology", "--sysfs-root",
                "--lock-timeout", "--period", "--socket", "--plugin-name", "--plugin-index", "--metrics-path")
@@ -49,6 +48,8 @@ def cmd_hook(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) 
     result = Hook(node_config(args), args.lock_timeout).run(_stdin_bytes(stdin))
     if result.view_error:  # the container is placed; only the quick path of the next one is lost
         err.write("kubecpu hook: warning: %s\n" % result.view_error)
+    if result.note:  # passed: the kubelet places it
+        err.write("kubecpu hook: %s\n" % result.note)
     out.write(dumps(result.to_dict()) + "\n")
     return 0
 
@@ -64,10 +65,13 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout, err: Te
             err.write("%s\n" % exc)
             return 1
         try:
-            answer = quick_check(data, settings["state"], settings["cgroup-root"])
+            answer = quick_check(data, settings["state"], settings["cgroup-root"], settings["kubelet-state"],
+                                 settings.get("force") == "true")
         except KubecpuError:
             answer = None  # the full hook reads the same input again and reports it
         if answer is not None:
+            if answer.get("note"):
+                err.write("kubecpu hook: %s\n" % answer["note"])
             out.write(dumps(answer) + "\n")
             return 0
         stdin = io.TextIOWrapper(io.BytesIO(data))
@@ -175,13 +179,15 @@ def _quick_settings(argv: Sequence[str]) -> Optional[Dict[str, str]]:
             given[flag[2:]] = value if has_value else words.pop(0)
         else:
             return None
-    settings = {"state": DEFAULT_PATH, "cgroup-root": DEFAULT_ROOT, "policy": "static"}
+    settings = {"state": DEFAULT_PATH, "cgroup-root": DEFAULT_ROOT, "policy": "static", "kubelet-state": KUBELET_PATH}
     if "config" in given:
         from_file = _config_settings(str(given["config"]))
         if from_file is None:
             return None
         settings.update(from_file)
     settings.update((name, value) for name, value in given.items() if isinstance(value, str))
+    if given.get("force"):
+        settings["force"] = "true"
     if settings["policy"] != "static" or given.get("read-only") or settings.get("read-only"):
         return None
     return settings
@@ -201,12 +207,12 @@ def _config_settings(path: str) -> Optional[Dict[str, str]]:
     settings = {}
     for key, value in doc.items():
         name = str(key).replace("_", "-")
-        if name in ("state", "cgroup-root", "policy"):
+        if name in ("state", "cgroup-root", "policy", "kubelet-state"):
             if not isinstance(value, str):
                 return None
             settings[name] = value
-        elif name == "read-only" and value not in (False, None):
-            settings["read-only"] = "true"
+        elif name in ("read-only", "force") and value not in (False, None):
+            settings[name] = "true"
     return settings
 
 

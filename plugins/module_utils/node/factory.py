@@ -8,10 +8,9 @@ static policy needs a reservation.
 
 from __future__ import annotations
 
-import json
 from typing import Mapping, Optional
 
-from ..errors import ConfigError, SafetyError, TopologyError
+from ..errors import ConfigError, KubeletPinsError, SafetyError, TopologyError
 from ..kubelet import discovery
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.kubelet_versions import DEFAULT
@@ -23,6 +22,7 @@ from ..runtime.container_cache import ContainerCache
 from ..runtime.model import Runtime
 from .config import NodeConfig
 from .housekeeping import IrqIsolation, KubeletHousekeeping, machine_files, record_path
+from .kubelet_policy import kubelet_pins, recorded_policy
 from .manager import NodeManager
 from .state_paths import KUBELET_PATH
 from .state_store import StateStore
@@ -68,26 +68,12 @@ def build_runtime(config: NodeConfig) -> Runtime:
     return CrictlRuntime(config.crictl_path, endpoint, config.runtime_timeout)
 
 
-def recorded_policy(path: str) -> Optional[str]:
-    """The policy a checkpoint names (its ``policyName``, matched as Go's JSON decoder matches field names); None
-    when the file is missing or says nothing readable (reading it for real then reports why)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            doc = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    policy = next((v for k, v in doc.items() if k.lower() == "policyname"), None) if isinstance(doc, dict) else None
-    return policy if isinstance(policy, str) else None
-
-
 def check_kubelet_policy(path: str = KUBELET_PATH, force: bool = False) -> Optional[str]:
-    """Refuse to manage CPUs when the kubelet pins them itself (its checkpoint says ``static``)."""
-    policy = recorded_policy(path)
-    if policy == STATIC and not force:
-        raise SafetyError("the kubelet pins CPUs on this node itself (%s says policy static): two CPU managers "
-                          "would fight over cpusets; use kubecpu only with cpuManagerPolicy none, or set force "
-                          "to override" % path)
-    return policy
+    """Refuse to manage CPUs when the kubelet pins them itself (``node.kubelet_policy``); the policy it names."""
+    reason = kubelet_pins(path, force)
+    if reason:
+        raise KubeletPinsError(reason)
+    return recorded_policy(path)
 
 
 def check_reservation(policy: Policy) -> None:
@@ -98,20 +84,26 @@ def check_reservation(policy: Policy) -> None:
 
 
 def build_manager(config: NodeConfig, with_runtime: bool = False, topology: Optional[Topology] = None,
-                  runtime: Optional[Runtime] = None, checks: bool = True) -> NodeManager:
-    """The manager. One that acts through a runtime first checks that it may (``checks``)."""
+                  runtime: Optional[Runtime] = None, checks: bool = True, *, service: bool = False) -> NodeManager:
+    """The manager. One that acts through a runtime first checks that it may (``checks``): a command refuses at once
+    when the kubelet pins CPUs; a ``service`` (the agent, the NRI plugin) starts anyway and steps aside at each pass
+    while the kubelet pins (``NodeManager.steps_aside``)."""
     topo = topology or load_topology(config)
     policy = build_policy(topo, config.policy, config.reserved_cpus, config.num_reserved, config.policy_options,
                           kubelet_minor=config.kubelet.minor)
     store = StateStore(config.state_path, policy.name, read_only=config.read_only or None, kubelet=config.kubelet)
     cache = ContainerCache(config.cache_path or store.path + ".containers.json", read_only=store.read_only)
     if with_runtime and checks:
-        check_kubelet_policy(config.kubelet_state_path, config.force)
+        if not service:
+            check_kubelet_policy(config.kubelet_state_path, config.force)
         check_reservation(policy)
     if with_runtime and runtime is None:
         runtime = build_runtime(config)
-    return NodeManager(topo, policy, store, runtime, cgroups=CgroupFS(config.cgroup_root), cache=cache,
-                       options=config.options if with_runtime else None, sysfs_root=config.sysfs_root)
+    manager = NodeManager(topo, policy, store, runtime, cgroups=CgroupFS(config.cgroup_root), cache=cache,
+                          options=config.options if with_runtime else None, sysfs_root=config.sysfs_root)
+    if with_runtime and checks:
+        manager.steps_aside = lambda: kubelet_pins(config.kubelet_state_path, config.force)
+    return manager
 
 
 def kubelet_housekeeping(config: NodeConfig, topology: Optional[Topology] = None) -> KubeletHousekeeping:

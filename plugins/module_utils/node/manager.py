@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
-from ..errors import AllocationError, ContainerNotFoundError, SafetyError, StateError, StoreError
+from ..errors import ContainerNotFoundError, KubeletPinsError, SafetyError, StateError, StoreError
 from ..kubelet.pod import Pod
 from ..kubelet.policy import STATIC, Allocation, Policy
 from ..kubelet.state import CPUState
@@ -24,10 +24,11 @@ from ..runtime.container_cache import ContainerCache
 from ..runtime.model import CREATED, RUNNING, Runtime
 from .admission import Admission
 from .config import ManagerOptions
-from .hook_marks import HookMarks
+from .hook_marks import CreatingMarks, HookMarks
 from .housekeeping import irq_isolation, irq_pods, isolate_in_pass, kept_off
 from .plan import Action, Plan
-from .pod_views import Pair, PodView, allocation_target, build_views, find_container, release_stale
+from .pod_views import (Pair, PodView, allocate_running, allocation_target, build_views, find_container,
+                        release_stale)
 from .resize import BaselineFile, baselines_path, resize_running, sync_baselines
 from .state_store import StateStore
 from .targets import CgroupTargets, Scope
@@ -53,10 +54,12 @@ class NodeManager:
         self.topology_admission = Admission(topology, options.topology_manager_policy,
                                             options.topology_manager_scope, options.topology_manager_options)
         self.cgroup_targets = CgroupTargets(topology, cgroups or CgroupFS(), options, HookMarks.beside(store))
+        self.creating = CreatingMarks.beside(store)
         self.sysfs_root = sysfs_root  # the machine's files below it: /proc/irq for the interrupts
         self.irq = irq_isolation(options.irq_isolation, topology.all_cpus, None if store.read_only else store.path,
                                  sysfs_root)
         self.irq_pods: Optional[Set[str]] = None  # the annotated pods the last observe saw (irq_isolation annotated)
+        self.steps_aside: Callable[[], str] = lambda: ""  # asked at every pass (node.kubelet_policy; the factory's)
         if runtime is not None:
             runtime.want_annotations = options.irq_isolation == "annotated" or options.cpu_burst
 
@@ -110,26 +113,13 @@ class NodeManager:
                                     prefer=isolated if mode == "prefer" and isolated else None)
 
     def allocate_running(self, plan: Plan, state: CPUState, views: Dict[str, PodView]) -> None:
-        """Exclusive CPUs for running Guaranteed integral containers without an entry, pods in creation order."""
-        for view in sorted(views.values(), key=lambda v: min(item.created_at for item, _i in v.latest.values())):
-            for listed, _info in sorted(view.latest.values(), key=lambda pair: pair[0].created_at):
-                count = view.model.guaranteed_cpus(listed.name)
-                if listed.state != RUNNING or state.get(view.uid, listed.name) is not None or count == 0:
-                    continue
-                try:
-                    result = self._allocate(state, view.model, listed.name, None)
-                except AllocationError as exc:
-                    plan.error(listed, "cannot allocate %d exclusive CPUs for container %s/%s: %s; it stays in the "
-                               "shared pool" % (count, listed.pod_ref, listed.name, exc), "allocation")
-                    continue
-                if result.exclusive:
-                    why = "restarted container keeps its CPUs" if listed.attempt else "Guaranteed integral request"
-                    plan.actions.append(Action("allocate", listed.id, listed.pod_ref, view.uid, listed.name,
-                                               str(result.cpus), why))
+        allocate_running(plan, state, views, lambda model, name: self._allocate(state, model, name, None))
 
     # --- without a runtime (bin/kubecpu allocate / release) -------------------------------------------------
     def allocate_pod(self, pod: Pod, container: str, numa_affinity: Optional[Sequence[int]] = None,
-                     apply: bool = True) -> Plan:
+                     apply: bool = True, before_commit: Optional[Callable[[CPUState], None]] = None) -> Plan:
+        """One container's allocation recorded. ``before_commit(new state)``, under the lock before the save: writes
+        that must precede the commit (the OCI hook's cgroups); if it raises (or the process is killed), nothing is."""
         pod.container(container)
         with self._locked_state() as (state, plan):
             result = self._allocate(state, pod, container, numa_affinity)
@@ -137,6 +127,8 @@ class NodeManager:
             if result.exclusive and plan.before.get(pod.uid, container) is None:
                 plan.actions.append(Action("allocate", "", "%s/%s" % (pod.namespace, pod.name), pod.uid, container,
                                            str(result.cpus), "exclusive CPUs for a Guaranteed integral request"))
+            if apply and before_commit is not None:
+                before_commit(state)
             self._commit(plan, state, apply)
         return plan
 
@@ -176,6 +168,9 @@ class NodeManager:
         planned (``scope``), the state committed, the updates pushed. defrag_node changes the state in it."""
         started = time.monotonic()
         runtime = self._runtime()
+        aside = self.steps_aside()
+        if aside:
+            raise KubeletPinsError(aside)
         calls = dict(runtime.calls)
         with self._locked_state() as (state, plan):
             self.cache.refresh()
@@ -195,7 +190,9 @@ class NodeManager:
         again; the others keep their CPUs and are updated only when the shared pool changes. None: every pod."""
         with self.session(apply, scope=scope) as (state, plan, pairs):
             views = build_views(pairs if scope is None else [pair for pair in pairs if pair[0].pod_uid in scope])
-            release_stale(self.policy, plan, state, views, scope)
+            creating = self.creating.creating(lambda uid, name: uid in views and name in views[uid].latest,
+                                              lambda path: self.cgroups.cpus(path) is not None)
+            release_stale(self.policy, plan, state, views, scope, creating=creating)
             resize_running(self.policy, plan, state, views, self.baselines.load())
             self.allocate_running(plan, state, views)
         return plan

@@ -6,14 +6,14 @@ and the pod model the policy allocates for (CRI knows no pods' specs, RUNTIME.md
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import AbstractSet, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import AbstractSet, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..errors import ContainerNotFoundError, PodSpecError
+from ..errors import AllocationError, ContainerNotFoundError, PodSpecError
 from ..kubelet.pod import Container, Pod
-from ..kubelet.policy import Policy
+from ..kubelet.policy import Allocation, Policy
 from ..kubelet.qos import GUARANTEED
 from ..kubelet.state import CPUState
-from ..runtime.model import EXITED, ContainerInfo, ListedContainer
+from ..runtime.model import EXITED, RUNNING, ContainerInfo, ListedContainer
 from .plan import Action, Plan
 
 Pair = Tuple[ListedContainer, ContainerInfo]
@@ -121,13 +121,35 @@ def allocation_target(pairs: Sequence[Pair], container_id: Optional[str], pod_ui
 
 
 def release_stale(policy: Policy, plan: Plan, state: CPUState, views: Dict[str, PodView],
-                  scope: Optional[AbstractSet[str]]) -> None:
+                  scope: Optional[AbstractSet[str]], *, creating: AbstractSet[Tuple[str, str]] = frozenset()) -> None:
     """removeStaleState: entries of pods or containers the runtime no longer has (outside ``scope``, when a pass has
-    one, entries are left alone)."""
+    one, entries are left alone; so are those of containers still being created, ``creating``)."""
     for uid, name, cpus in list(state.assignments()):
         view = views.get(uid)
-        if (view is not None and name in view.latest) or (scope is not None and uid not in scope):
+        if (view is not None and name in view.latest) or (scope is not None and uid not in scope) \
+                or (uid, name) in creating:
             continue
         policy.remove_container(state, uid, name)
         why = "pod is gone" if view is None else "container is gone"
         plan.actions.append(Action("release", "", "", uid, name, str(cpus), why))
+
+
+def allocate_running(plan: Plan, state: CPUState, views: Dict[str, PodView],
+                     allocate: Callable[[Pod, str], Allocation]) -> None:
+    """Exclusive CPUs for running Guaranteed integral containers without an entry, pods in creation order
+    (``allocate``: the manager's admission and policy, on ``state``)."""
+    for view in sorted(views.values(), key=lambda v: min(item.created_at for item, _i in v.latest.values())):
+        for listed, _info in sorted(view.latest.values(), key=lambda pair: pair[0].created_at):
+            count = view.model.guaranteed_cpus(listed.name)
+            if listed.state != RUNNING or state.get(view.uid, listed.name) is not None or count == 0:
+                continue
+            try:
+                result = allocate(view.model, listed.name)
+            except AllocationError as exc:
+                plan.error(listed, "cannot allocate %d exclusive CPUs for container %s/%s: %s; it stays in the "
+                           "shared pool" % (count, listed.pod_ref, listed.name, exc), "allocation")
+                continue
+            if result.exclusive:
+                why = "restarted container keeps its CPUs" if listed.attempt else "Guaranteed integral request"
+                plan.actions.append(Action("allocate", listed.id, listed.pod_ref, view.uid, listed.name,
+                                           str(result.cpus), why))

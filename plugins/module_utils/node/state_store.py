@@ -20,7 +20,7 @@ import os
 import time
 from typing import Iterator, List, Mapping, Optional, Tuple
 
-from ..atomic import atomic_write, fsync_directory
+from ..atomic import atomic_write, fsync_directory, sweep_temporaries
 from ..errors import CheckpointError, RestoreFailure, StoreError
 from ..kubelet.checkpoint_formats import read, write
 from ..kubelet.kubelet_versions import DEFAULT, KubeletVersion
@@ -59,6 +59,7 @@ class StateStore:
         self._known: Optional[Tuple[bytes, CPUState]] = None
         self._depth = 0  # how deeply this process holds the lock (locked() is reentrant)
         self.identity: Optional[List[int]] = None  # of the file last read or written (node.hook_view)
+        self._swept = False
 
     @property
     def previous_path(self) -> str:
@@ -162,6 +163,9 @@ class StateStore:
             return False
         if current is None:
             self._ensure_directory()
+        if not self._swept:  # what writers killed before their rename left here (once per process)
+            self._swept = True
+            sweep_temporaries(self.directory, os.path.basename(self.path))
         try:
             atomic_write(self.path, data, durable=True, before_rename=None if current is None else self._keep_previous)
         except OSError as exc:

@@ -36,17 +36,48 @@ def parent_path(parent: str) -> str:
     return parent
 
 
+def is_kubepods(name: str) -> bool:
+    """The kubelet's top cgroup, below any ``cgroupRoot``: ``kubepods`` (cgroupfs driver), ``kubepods.slice`` or
+    ``<root>-kubepods.slice`` (systemd driver, ``cgroupRoot: /<root>.slice``)."""
+    return name in ("kubepods", "kubepods.slice") or name.endswith("-kubepods.slice")
+
+
+def kubepods_root(path: str) -> str:
+    """The kubelet's top cgroup a cgroupfs-form path lies under (``/kubelet/kubepods/pod1/c`` -> ``/kubelet/kubepods``);
+    "" when it lies under none."""
+    parts = path.split("/")
+    for n, part in enumerate(parts):
+        if is_kubepods(part):
+            return "/".join(parts[: n + 1])
+    return ""
+
+
+def is_pod_cgroup(name: str) -> bool:
+    """A kubelet pod cgroup's name: ``pod<uid>`` (cgroupfs) or ``[<root>-]kubepods[-<qos>]-pod<uid>.slice`` (systemd;
+    the UID's dashes as underscores). Plain string tests: the OCI hook's check path does not load ``re``."""
+    if name.startswith("pod"):
+        return len(name) > 3 and all(c in _UID_CHARS for c in name[3:])
+    head, sep, uid = name[: -len(".slice")].rpartition("-pod") if name.endswith(".slice") else ("", "", "")
+    return (bool(sep and uid) and all(c in _UID_CHARS for c in uid)
+            and (head == "kubepods" or head.endswith(("-kubepods", "kubepods-burstable", "kubepods-besteffort"))))
+
+
+_UID_CHARS = frozenset("0123456789abcdefABCDEF-_")
+
+
 def qos_from_cgroup(pod_path: str) -> str:
-    """The QoS class from a kubelet pod cgroup (cgroupfs or systemd driver names); "" when not a kubelet pod."""
+    """The QoS class from a kubelet pod cgroup (cgroupfs or systemd driver names, below any ``cgroupRoot``); "" when not
+    a kubelet pod."""
     parts = [p for p in pod_path.split("/") if p]
-    roots = [n for n, part in enumerate(parts) if part in ("kubepods", "kubepods.slice")]
+    roots = [n for n, part in enumerate(parts) if is_kubepods(part)]
     if not roots or roots[0] + 1 >= len(parts):
         return ""
-    first = parts[roots[0] + 1]
-    if first in ("burstable", "kubepods-burstable.slice"):
+    top, first = parts[roots[0]], parts[roots[0] + 1]
+    prefix = top[: -len(".slice")] + "-" if top.endswith(".slice") else ""  # kubepods- / kubelet-kubepods-
+    if first in ("burstable", prefix + "burstable.slice"):
         return BURSTABLE
-    if first in ("besteffort", "kubepods-besteffort.slice"):
+    if first in ("besteffort", prefix + "besteffort.slice"):
         return BEST_EFFORT
-    if first.startswith(("pod", "kubepods-pod")):
+    if first.startswith(("pod", prefix + "pod")):
         return GUARANTEED
     return ""

@@ -11,16 +11,15 @@ from __future__ import annotations
 import os
 
 from ..errors import CPUSetError, StoreError
+from .cgroup_paths import is_pod_cgroup
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the OCI hook's check path reads a cpuset through this module: no typing, no CPUSet at run time
-    from typing import Dict, Iterator, Optional, Tuple
+    from typing import Dict, Iterator, List, Optional, Tuple
 
     from ..kubelet.cpuset import CPUSet
 
 DEFAULT_ROOT = "/sys/fs/cgroup"
-KUBEPODS_ROOTS = ("kubepods", "kubepods.slice")  # the kubelet's top cgroup: cgroupfs and systemd drivers
-_POD_DIR = r"(pod[0-9a-fA-F-]+|kubepods(-burstable|-besteffort)?-pod[0-9a-fA-F_]+\.slice)\Z"
 
 
 class CgroupFS:
@@ -58,6 +57,11 @@ class CgroupFS:
         written); None when unreadable."""
         return self._read("cpuset", path, "cpuset.cpus")
 
+    def effective_text(self, path: str) -> Optional[str]:
+        """v2: the CPUs the kernel lets the container use (``cpuset.cpus.effective``), as it prints them; None on v1
+        (where ``cpuset.cpus`` is always written) or when unreadable."""
+        return self._read("cpuset", path, "cpuset.cpus.effective") if self.v2 else None
+
     def cpus(self, path: str, configured: bool = False) -> Optional[CPUSet]:
         """The container's cpuset (v1 ``cpuset.cpus``, v2 ``cpuset.cpus.effective``, or with ``configured`` what was
         written: ``cpuset.cpus``, empty when never written); None when unreadable."""
@@ -67,21 +71,39 @@ class CgroupFS:
         """Write a container's ``cpuset.cpus`` (the OCI hook, before the container's process runs)."""
         self._write(self.directory("cpuset", path), "cpuset.cpus", str(cpus))
 
-    def kubepods_leaves(self) -> Iterator[str]:
-        """The leaf cgroups below the kubelet's ``kubepods`` (cgroupfs driver) or ``kubepods.slice`` (systemd): the
-        containers' (and sandboxes') cgroups, as paths relative to the mount point."""
+    def container_cgroups(self, kubepods: str) -> Iterator[str]:
+        """Every container's (and sandbox's) cgroup below the kubelet's top cgroup ``kubepods`` (``kubepods_root`` of a
+        container's path: any ``cgroupRoot``, either driver): each directory whose parent is a pod cgroup, however
+        deep its own cgroups go (systemd or Docker in a container), under any name the runtime gives it
+        (``<id>``, ``cri-containerd-<id>.scope``, ``crio-<id>.scope``, CRI-O's ``crio-conmon-<id>.scope``); paths
+        relative to the mount point."""
         top = self.directory("cpuset", "/")
-        stack = [os.path.join(top, root) for root in KUBEPODS_ROOTS]
+        stack = [self.directory("cpuset", kubepods)]
         while stack:
             path = stack.pop()
             try:
                 children = [entry.path for entry in os.scandir(path) if entry.is_dir(follow_symlinks=False)]
             except OSError:
                 continue
-            if children:
-                stack.extend(children)
-            elif _is_pod_dir(os.path.basename(os.path.dirname(path))):  # not an empty QoS or pod cgroup
-                yield "/" + os.path.relpath(path, top)
+            if is_pod_cgroup(os.path.basename(path)):
+                yield from ("/" + os.path.relpath(child, top) for child in sorted(children))
+            else:
+                stack.extend(children)  # the QoS cgroups and the pods in them
+
+    def move_cpus(self, path: str, cpus: CPUSet) -> None:
+        """A running container's ``cpuset.cpus`` to ``cpus``, its own cgroups first where they would stop it (v1: a
+        child's cpuset must stay within its parent's, the kernel refuses the parent's write with EBUSY; v2: the
+        children's effective sets follow their parent by themselves)."""
+        if not self.v2:
+            directory = self.directory("cpuset", path)
+            nested: List[str] = []
+            for parent, folders, _files in os.walk(directory):
+                nested.extend(os.path.join(parent, folder) for folder in folders)
+            for child in sorted(nested, key=lambda name: name.count(os.sep), reverse=True):  # the deepest first
+                have = self._set("/" + os.path.relpath(child, self.directory("cpuset", "/")), "cpuset.cpus")
+                if have is not None and not have.issubset(cpus):
+                    self._write(child, "cpuset.cpus", str(cpus))
+        self.set_cpus(path, cpus)
 
     def mems(self, path: str) -> Optional[CPUSet]:
         return self._set(path, "cpuset.mems.effective" if self.v2 else "cpuset.mems")
@@ -154,10 +176,3 @@ class CgroupFS:
 
     def _has(self, controller: str, path: str) -> bool:
         return os.path.isdir(self.directory(controller, path))
-
-
-def _is_pod_dir(name: str) -> bool:
-    """A kubelet pod cgroup's name (``re`` loaded here, not at import: the OCI hook's check path reads a cpuset)."""
-    import re  # noqa: PLC0415
-
-    return re.match(_POD_DIR, name) is not None

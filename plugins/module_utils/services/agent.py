@@ -20,7 +20,7 @@ import signal
 import time
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Protocol, Sequence, TextIO, Tuple
 
-from ..errors import ContainerRuntimeError, KubecpuError, RuntimeUnavailableError
+from ..errors import ContainerRuntimeError, KubecpuError, KubeletPinsError, RuntimeUnavailableError
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.topology import Topology
 from ..node.metrics import Metrics
@@ -91,6 +91,7 @@ class Agent:
         self.confined: FrozenSet[int] = self.home
         self.passes = 0
         self.failures = 0
+        self.aside = ""  # why the last pass stepped aside (the kubelet pins CPUs): said once, not every pass
 
     def _say(self, level: str, message: str, **fields: Any) -> None:
         say(self.log, level, message, **fields)
@@ -160,6 +161,13 @@ class Agent:
         started = self.clock()
         try:
             plan = self.manager.reconcile(apply=True)
+        except KubeletPinsError as exc:  # not a failure: nothing to do while the kubelet pins CPUs itself
+            if self.aside != str(exc):
+                self._say("warning", str(exc))
+            self.aside = str(exc)
+            self.metrics.observe_pass({}, self.clock() - started, True)
+            self._write_metrics()
+            return True
         except RuntimeUnavailableError as exc:
             self._fail("container runtime unavailable: %s" % exc, started)
             return False
@@ -171,6 +179,9 @@ class Agent:
                              kind="pass")
             self._fail("the pass failed: %s: %s" % (type(exc).__name__, exc), started)
             return False
+        if self.aside:
+            self._say("info", "the kubelet no longer pins CPUs: kubecpu manages them again")
+            self.aside = ""
         self._confine(plan.after.default)
         doc = plan.to_dict(states=False)
         self.created = doc["counts"].get("created", 0)

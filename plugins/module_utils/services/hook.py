@@ -33,14 +33,16 @@ is decided per container.
 from __future__ import annotations
 
 import re
-from typing import IO, List, NamedTuple, Optional
+from typing import IO, List, NamedTuple, Optional, Tuple
 
 from ..errors import AllocationError, HookInputError, KubecpuError, StoreError
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.state import CPUState
 from ..node.config import NodeConfig
 from ..node.hook_marks import HookMarks
+from ..node.kubelet_policy import kubelet_pins
 from ..node.state_store import StateStore
+from ..runtime.cgroup_paths import kubepods_root
 from ..runtime.cgroups import CgroupFS
 from ..runtime.oci_hook import CONTAINER, HookedContainer, container, parse_state, read_config, read_stdin
 
@@ -58,12 +60,12 @@ class HookResult(NamedTuple):
     cpus: str
     moved: int = 0  # other containers moved off newly exclusive CPUs
     view_error: str = ""  # the view could not be written: the next start checks the slow way (never a refusal)
+    note: str = ""  # why it passed a container it would place (the kubelet pins CPUs itself)
 
     def to_dict(self) -> dict:  # type: ignore[type-arg]
-        answer = dict(self._asdict())
-        if not self.view_error:
-            del answer["view_error"]
-        return answer
+        """The answer the CLI prints: ``view_error`` and ``note`` only when they say something."""
+        return {key: value for key, value in self._asdict().items()
+                if value or key not in ("view_error", "note")}
 
 
 class Hook:
@@ -93,32 +95,42 @@ class Hook:
     def place(self, hooked: HookedContainer) -> HookResult:
         if not hooked.cgroup_path:
             raise HookInputError("its config.json has no linux.cgroupsPath")
+        aside = kubelet_pins(self.config.kubelet_state_path, self.config.force)
+        if aside:  # the kubelet places this container itself: nothing written, nothing refused
+            return HookResult("passed", hooked.ref, "", note=aside)
         current = self.cgroups.cpus(hooked.cgroup_path, configured=True)  # what runc wrote from the spec
         state = self.store.load()
-        target = self._target(hooked, state)
-        if state is not None and target is not None and current == target:
+        target, exclusive = self._target(hooked, state)
+        if (state is not None and target is not None and current == target
+                and not (exclusive and self._overlapping(hooked, target))):
             # verified: the next start of a container checks in the quick path
             return HookResult("checked", hooked.ref, str(target), view_error=self._write_view(state))
         with self.store.locked():  # a write: decided again on the state as it is under the lock
             state = self.store.load()
-            target = self._target(hooked, state)
+            target, exclusive = self._target(hooked, state)
             if state is None or target is None:
                 if state is None and not self._exclusive_count(hooked):
                     return HookResult("passed", hooked.ref, "")  # no state: nothing is exclusive anywhere
                 return self._allocate(hooked)
-            self.cgroups.set_cpus(hooked.cgroup_path, target)
-            self.marks.mark([hooked.id])
-            return HookResult("set", hooked.ref, str(target), view_error=self._write_view(state))
+            # An entry found (the NRI plugin's, or one an earlier run committed): whoever saved it may have been
+            # killed, or its reply dropped, before the others moved off its CPUs; they move now.
+            written = current != target
+            if written:
+                self.cgroups.set_cpus(hooked.cgroup_path, target)
+            moved = self._move_overlapping(hooked, target, state.default) if exclusive else []
+            self.marks.mark(([hooked.id] if written else []) + moved)
+            return HookResult("set" if written else "checked", hooked.ref, str(target), len(moved),
+                              self._write_view(state))
 
-    def _target(self, hooked: HookedContainer, state: Optional[CPUState]) -> Optional[CPUSet]:
-        """Its exclusive CPUs, else the shared pool when it needs none; None when it needs an allocation (or there
-        is no state)."""
+    def _target(self, hooked: HookedContainer, state: Optional[CPUState]) -> Tuple[Optional[CPUSet], bool]:
+        """Its exclusive CPUs (and True), else the shared pool when it needs none; None when it needs an allocation
+        (or there is no state)."""
         if state is None:
-            return None
+            return None, False
         held = state.get(hooked.pod_uid, hooked.name) if hooked.kind == CONTAINER else None
         if held is not None:
-            return held
-        return None if self._exclusive_count(hooked) else state.default
+            return held, True
+        return (None if self._exclusive_count(hooked) else state.default), False
 
     @staticmethod
     def _exclusive_count(hooked: HookedContainer) -> int:
@@ -128,29 +140,35 @@ class Hook:
 
     def _allocate(self, hooked: HookedContainer) -> HookResult:
         """Under the lock: the policy's allocation recorded, the cgroup written, the overlapping containers moved."""
-        from ..node.factory import build_policy, check_kubelet_policy, check_reservation, load_topology  # noqa: PLC0415
+        from ..node.factory import build_policy, check_reservation, load_topology  # noqa: PLC0415
         from ..node.manager import NodeManager  # noqa: PLC0415  # only an allocation needs the policy
         from ..node.pod_views import lone_pod  # noqa: PLC0415
 
         config = self.config
-        check_kubelet_policy(config.kubelet_state_path, config.force)
         topology = load_topology(config)
         policy = build_policy(topology, config.policy, config.reserved_cpus, config.num_reserved,
                               config.policy_options, kubelet_minor=config.kubelet.minor)
         check_reservation(policy)
         manager = NodeManager(topology, policy, self.store, None, cgroups=self.cgroups, options=config.options,
                               sysfs_root=config.sysfs_root)
+        moved: List[str] = []
+
+        def place_first(after: CPUState) -> None:  # before the state is saved: a committed entry was placed
+            held = after.get(hooked.pod_uid, hooked.name)
+            self.cgroups.set_cpus(hooked.cgroup_path, after.default if held is None else held)
+            if held is not None:
+                moved.extend(self._move_overlapping(hooked, held, after.default))
+                manager.creating.mark(hooked.pod_uid, hooked.name, hooked.cgroup_path)  # kept till the runtime lists it
+            self.marks.mark([hooked.id] + moved)
+
         try:
-            plan = manager.allocate_pod(lone_pod(hooked.info), hooked.name)
+            plan = manager.allocate_pod(lone_pod(hooked.info), hooked.name, before_commit=place_first)
         except AllocationError as exc:
             raise HookRefusal("container %s not created: no exclusive CPUs for it: %s" % (hooked.ref, exc)) from None
         held = plan.after.get(hooked.pod_uid, hooked.name)
-        if held is None:  # the policy gave it none after all (not Guaranteed as the model says): the shared pool
-            held = plan.after.default
-        self.cgroups.set_cpus(hooked.cgroup_path, held)
-        moved = self._move_overlapping(hooked, held, plan.after.default)
-        self.marks.mark([hooked.id] + moved)
-        return HookResult("allocated", hooked.ref, str(held), len(moved), self._write_view(plan.after))
+        # (None: the policy gave it none after all, not Guaranteed as the model says: the shared pool)
+        return HookResult("allocated", hooked.ref, str(plan.after.default if held is None else held), len(moved),
+                          self._write_view(plan.after))
 
     def _write_view(self, state: CPUState) -> str:
         """The view of ``state`` for the quick path; "" when written, else why not. A view is a cache: a full disk
@@ -161,16 +179,25 @@ class Hook:
             return str(exc)
         return ""
 
-    def _move_overlapping(self, hooked: HookedContainer, exclusive: CPUSet, pool: CPUSet) -> List[str]:
-        """Every other container cgroup on ``exclusive`` to ``pool``; the IDs of those moved."""
-        moved = []
-        for path in self.cgroups.kubepods_leaves():
+    def _overlapping(self, hooked: HookedContainer, exclusive: CPUSet) -> List[str]:
+        """The other container cgroups (below the kubelet's top cgroup this container's path names) on any of
+        ``exclusive``."""
+        kubepods = kubepods_root(hooked.cgroup_path)
+        found = []
+        for path in self.cgroups.container_cgroups(kubepods) if kubepods else ():
             if path == hooked.cgroup_path:
                 continue
             have = self.cgroups.cpus(path, configured=True) or self.cgroups.cpus(path)  # empty: the parent's
             if have is not None and have.intersection(exclusive):
-                self.cgroups.set_cpus(path, pool)
-                found = _CONTAINER_ID.search(path.rsplit("/", 1)[-1])
-                if found:
-                    moved.append(found.group(0))
+                found.append(path)
+        return found
+
+    def _move_overlapping(self, hooked: HookedContainer, exclusive: CPUSet, pool: CPUSet) -> List[str]:
+        """Every other container cgroup on ``exclusive`` (its own cgroups too) to ``pool``; the IDs of those moved."""
+        moved = []
+        for path in self._overlapping(hooked, exclusive):
+            self.cgroups.move_cpus(path, pool)
+            found = _CONTAINER_ID.search(path.rsplit("/", 1)[-1])
+            if found:
+                moved.append(found.group(0))
         return moved

@@ -33,7 +33,8 @@ import signal
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, TextIO, Tuple
 
-from ..errors import ContainerNotFoundError, HousekeepingError, KubecpuError, MessageError, StateError, StoreError
+from ..errors import (ContainerNotFoundError, HousekeepingError, KubecpuError, KubeletPinsError, MessageError,
+                      StateError, StoreError)
 from ..kubelet.cpuset import CPUSet
 from ..node.manager import NodeManager
 from ..node.metrics import Metrics
@@ -127,6 +128,7 @@ class NRIPlugin:
         self.last_errors: List[Dict[str, str]] = []
         self.retry: Set[str] = set()  # pods whose allocation or resize failed: in the scope of every pass
         self.metrics_due = False
+        self.aside = ""  # why the last pass stepped aside (the kubelet pins CPUs): said once, not every event
         manager.baselines.deferred = True  # written after the reply (serve_connection): a lost one is taken again
         if manager.irq is not None:  # interrupts too: a container's creation does not wait for /proc/irq
             manager.irq.deferred = True
@@ -249,8 +251,17 @@ class NRIPlugin:
         if late:
             self._say("error", "%s answered after the runtime's request timeout (%.3fs): not sent; the runtime has "
                       "gone on without it" % (method, self.clock() - started))
+            self._unsent()
             return None
         return OK, "", reply.SerializeToString()
+
+    def _unsent(self) -> None:
+        """A reply the runtime never applied: the containers its pass updated (the new one's adjustment too) are no
+        longer taken to have what it gave them, so the next pass reads their cgroups and updates them again (the state
+        it saved stands: the runtime's retry finds the entry, and the others still on its CPUs move then)."""
+        pushed = self.manager.cgroup_targets.pushed
+        for cid in self.view.pending:
+            pushed.pop(cid, None)
 
     def _on_configure(self, payload: bytes) -> Any:
         request = self.pb.ConfigureRequest.FromString(payload)
@@ -329,7 +340,16 @@ class NRIPlugin:
         pod); returns the collected updates by container ID."""
         self.view.pending = {}
         started = self.clock()
-        plan = self.manager.reconcile(apply=True, scope=None if pod_uid is None else self.retry | {pod_uid})
+        try:
+            plan = self.manager.reconcile(apply=True, scope=None if pod_uid is None else self.retry | {pod_uid})
+        except KubeletPinsError as exc:  # the kubelet places every container itself: no adjustment, no refusal
+            if self.aside != str(exc):
+                self._say("warning", str(exc))
+            self.aside = str(exc)
+            return {}
+        if self.aside:
+            self._say("info", "the kubelet no longer pins CPUs: kubecpu manages them again")
+            self.aside = ""
         doc = plan.to_dict(states=False)
         self.last_errors = doc["errors"]
         pods = {cid: listed.pod_uid for cid, (listed, _info) in self.view.known.items()}

@@ -6,11 +6,13 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import NodeConfig
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.hook_marks import HookMarks
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroup_paths import cgroupfs_path
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.hook import Hook
 
 from . import fake_sysfs
@@ -33,11 +35,12 @@ class Node:
             self.cgroup.mkdir()
             (self.cgroup / "cgroup.controllers").write_text("cpuset cpu memory pids\n")
         self.state = str(tmp_path / "state")
+        self.kubelet_state = str(tmp_path / "kubelet-state")  # none until ``kubelet_pins``
         self.made = 0
 
     def config(self, **changes):
         settings = dict(state_path=self.state, sysfs_root=self.sysfs, cgroup_root=str(self.cgroup),
-                        reserved_cpus=CPUSet.parse("0"), kubelet_state_path=str(self.tmp / "no-kubelet-state"))
+                        reserved_cpus=CPUSet.parse("0"), kubelet_state_path=self.kubelet_state)
         settings.update(changes)
         return NodeConfig(**settings)
 
@@ -47,12 +50,20 @@ class Node:
     def directory(self, path):
         return self.cgroup / path.lstrip("/") if self.v2 else self.cgroup / "cpuset" / path.lstrip("/")
 
-    def container(self, qos="Guaranteed", millicpu=2000, cpus=ALL, annotations=True):
-        """A container the runtime is creating: its cgroup (on ``cpus``), its bundle; the OCI state's bytes."""
+    def container(self, qos="Guaranteed", millicpu=2000, cpus=ALL, annotations=True, root="kubepods",
+                  driver="cgroupfs", prefix="cri-containerd"):
+        """A container the runtime is creating: its cgroup (on ``cpus``), its bundle; the OCI state's bytes. Below the
+        kubelet's top cgroup ``root`` (``kubelet/kubepods`` for ``cgroupRoot: /kubelet``; systemd driver:
+        ``kubelet-kubepods`` for ``cgroupRoot: /kubelet.slice``), the runtime's scope ``prefix`` (``crio``)."""
         self.made += 1
         uid, cid = POD % self.made, "%064x" % self.made
-        parent = "/kubepods" if qos == "Guaranteed" else "/kubepods/%s" % qos.lower()
-        path = "%s/pod%s/%s" % (parent, uid, cid)
+        level = "" if qos == "Guaranteed" else qos.lower()
+        if driver == "systemd":
+            spec_path = "%s-pod%s.slice:%s:%s" % ("-".join(filter(None, (root, level))), uid.replace("-", "_"),
+                                                   prefix, cid)
+            path = cgroupfs_path(spec_path)
+        else:
+            spec_path = path = "/%s/pod%s/%s" % ("/".join(filter(None, (root, level))), uid, cid)
         self.write_cpus(path, cpus)
         bundle = self.tmp / "bundles" / cid
         bundle.mkdir(parents=True)
@@ -62,8 +73,8 @@ class Node:
         quota = millicpu * 100 if qos != "BestEffort" else 0
         (bundle / "config.json").write_text(json.dumps({
             "ociVersion": "1.0.2-dev", "annotations": names,
-            "linux": {"cgroupsPath": path, "resources": {"cpu": {"shares": max(2, millicpu * 1024 // 1000),
-                                                                 "quota": quota or -1, "period": 100000}}}}))
+            "linux": {"cgroupsPath": spec_path, "resources": {"cpu": {"shares": max(2, millicpu * 1024 // 1000),
+                                                                      "quota": quota or -1, "period": 100000}}}}))
         state = {"ociVersion": "1.0.2-dev", "id": cid, "status": "creating", "pid": 4242, "bundle": str(bundle),
                  "annotations": names}
         return {"uid": uid, "id": cid, "path": path, "stdin": json.dumps(state).encode()}
@@ -76,7 +87,32 @@ class Node:
             (folder / "cpuset.cpus.effective").write_text(str(cpus) + "\n")
 
     def cpus(self, made):
-        return CPUSet.parse((self.directory(made["path"]) / "cpuset.cpus").read_text().strip())
+        return self.cpus_at(made["path"])
+
+    def cpus_at(self, path):
+        return CPUSet.parse((self.directory(path) / "cpuset.cpus").read_text().strip())
+
+    def kubelet_pins(self, pinned="2,6"):
+        """The kubelet's checkpoint as a kubelet with the static policy writes it: one container on ``pinned``."""
+        with open(self.kubelet_state, "w", encoding="utf-8") as handle:
+            json.dump({"policyName": "static", "defaultCpuSet": str(ALL - CPUSet.parse(pinned)),
+                       "entries": {POD % 900: {"db": pinned}}, "checksum": 1}, handle)
+
+    def overlaps(self):
+        """Every pair of container cgroups (below any kubepods) where one's exclusive entry meets the other's CPUs."""
+        state = self.saved()
+        exclusive = [(uid, cpus) for uid, _name, cpus in state.assignments()]
+        top = self.directory("/")
+        found = []
+        for folder, _dirs, files in os.walk(top):
+            if "cpuset.cpus" not in files or not re.search(r"[0-9a-f]{64}", os.path.basename(folder)):
+                continue  # not a container's cgroup
+            text = open(os.path.join(folder, "cpuset.cpus"), encoding="utf-8").read().strip()
+            cpus = CPUSet.parse(text) if text else ALL
+            for uid, held in exclusive:
+                if uid not in folder.replace("_", "-") and cpus.intersection(held):  # another pod's container on them
+                    found.append((os.path.relpath(folder, top), str(cpus), uid, str(held)))
+        return found
 
     def run(self, made, **changes):
         return self.hook(**changes).run(io.BytesIO(made["stdin"]))

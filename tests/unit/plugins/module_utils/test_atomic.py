@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
+import time
 
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import atomic
@@ -74,3 +76,29 @@ def test_a_temporary_file_is_new_private_and_named_after_its_file(tmp_path, monk
     os.close(fd)
     assert tmp == str(tmp_path / ".state.tmp-010101010101") and os.stat(tmp).st_mode & 0o777 == 0o600
     assert taken.read_bytes() == b"someone else's"
+
+
+def test_a_writer_killed_before_its_rename_leaves_its_temporary_and_the_next_sweeps_it(tmp_path):
+    """SIGKILL runs no clean-up (a real one, in a child process): the temporary file stays. ``sweep_temporaries``
+    removes those older than ``STALE_AFTER`` of the file and the files named after it; a write in progress (a fresh
+    temporary) and other files are left alone."""
+    path = tmp_path / "state"
+    child = os.fork()
+    if child == 0:  # the writer, killed between writing and renaming
+        atomic.atomic_write(str(path), b"new", durable=False, before_rename=lambda: os.kill(os.getpid(), signal.SIGKILL))
+        os._exit(0)
+    _pid, status = os.waitpid(child, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    left = temporaries(tmp_path)
+    assert len(left) == 1 and left[0].startswith(".state.tmp-") and not path.exists()
+    for name in (".state.hookview.tmp-0a0b0c0d0e0f", "state.prev-tmp-4242", ".other.tmp-0a0b0c0d0e0f"):
+        (tmp_path / name).write_bytes(b"x")
+    fresh = ".state.containers.json.tmp-111111111111"
+    (tmp_path / fresh).write_bytes(b"being written")
+    stale = time.time() - atomic.STALE_AFTER - 1
+    for name in left + [".state.hookview.tmp-0a0b0c0d0e0f", "state.prev-tmp-4242", ".other.tmp-0a0b0c0d0e0f"]:
+        os.utime(tmp_path / name, (stale, stale))
+    removed = atomic.sweep_temporaries(str(tmp_path), "state")
+    assert sorted(removed) == sorted(left + [".state.hookview.tmp-0a0b0c0d0e0f", "state.prev-tmp-4242"])
+    assert sorted(os.listdir(tmp_path)) == sorted([".other.tmp-0a0b0c0d0e0f", fresh])
+    assert atomic.sweep_temporaries(str(tmp_path / "missing"), "state") == []

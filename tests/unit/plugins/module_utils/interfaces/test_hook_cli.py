@@ -37,17 +37,21 @@ NOT_THE_HOOKS = ("interfaces.cli", "services.agent", "services.nri_plugin", "run
                  "operations.", "node.manager", "kubelet.discovery")
 
 
-def node(tmp_path, cpus="1"):
-    """A Guaranteed container's cgroup (v1) on ``cpus``, its bundle, the OCI state; the hook's flags."""
-    cgroup = tmp_path / "cgroup" / "cpuset" / "kubepods" / "pod1111" / CID
+def node(tmp_path, cpus="1", shared=False):
+    """A Guaranteed container's cgroup (v1) on ``cpus`` (``shared``: a Burstable one on the shared pool, which the
+    quick path answers), its bundle, the OCI state; the hook's flags."""
+    parent = "/kubepods/burstable/pod2222/" if shared else "/kubepods/pod1111/"
+    cgroup = tmp_path / "cgroup" / "cpuset" / (parent.strip("/") + "/" + CID)
     cgroup.mkdir(parents=True)
-    (cgroup / "cpuset.cpus").write_text(cpus + "\n")
+    (cgroup / "cpuset.cpus").write_text(("0" if shared else cpus) + "\n")
     bundle = tmp_path / "bundle"
     bundle.mkdir()
-    cpu = {"shares": 1024, "quota": 100000, "period": 100000}
-    linux = {"cgroupsPath": "/kubepods/pod1111/" + CID, "resources": {"cpu": cpu}}
-    (bundle / "config.json").write_text(json.dumps({"annotations": ANNOTATIONS, "linux": linux}))
-    stdin = json.dumps({"id": CID, "pid": 1, "bundle": str(bundle), "annotations": ANNOTATIONS})
+    cpu = {"shares": 512, "quota": -1, "period": 100000} if shared else {"shares": 1024, "quota": 100000,
+                                                                         "period": 100000}
+    annotations = dict(ANNOTATIONS, **{"io.kubernetes.cri.sandbox-uid": "2222"}) if shared else ANNOTATIONS
+    linux = {"cgroupsPath": parent + CID, "resources": {"cpu": cpu}}
+    (bundle / "config.json").write_text(json.dumps({"annotations": annotations, "linux": linux}))
+    stdin = json.dumps({"id": CID, "pid": 1, "bundle": str(bundle), "annotations": annotations})
     flags = ["--state", str(tmp_path / "state"), "--reserved-cpus", "0", "--cgroup-root", str(tmp_path / "cgroup"),
              "--kubelet-state", str(tmp_path / "none")]
     return stdin, flags
@@ -99,8 +103,9 @@ def loaded_modules(done):
 
 def test_a_start_already_checked_once_takes_the_quick_path(tmp_path):
     """The first check reads the state file (and writes the hook's view of it); the next ones read the view and load
-    no parser, configuration, checkpoint codec or pod model."""
-    stdin, flags = node(tmp_path)
+    no parser, configuration, checkpoint codec or pod model (a shared container: one with exclusive CPUs always takes
+    the full path, which makes sure no other container holds them)."""
+    stdin, flags = node(tmp_path, shared=True)
     (tmp_path / "state").write_text(STATE)
     first = hook(stdin, flags)
     assert "kubecpu_core.services.hook" in loaded_modules(first) and os.path.exists(tmp_path / "state.hookview")
@@ -111,7 +116,7 @@ def test_a_start_already_checked_once_takes_the_quick_path(tmp_path):
 
 
 def test_the_quick_path_reads_the_configuration_file_and_the_flags_win(tmp_path):
-    stdin, flags = node(tmp_path)
+    stdin, flags = node(tmp_path, shared=True)
     (tmp_path / "state").write_text(STATE)
     assert hook(stdin, flags).returncode == 0  # the view written
     config = tmp_path / "agent.json"
@@ -119,6 +124,22 @@ def test_the_quick_path_reads_the_configuration_file_and_the_flags_win(tmp_path)
                                   "reserved_cpus": "0", "kubelet_state": str(tmp_path / "none")}))
     done = hook(stdin, ["--config", str(config), "--state", str(tmp_path / "state")])
     assert done.returncode == 0 and "kubecpu_core.services.hook" not in loaded_modules(done), done.stderr
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_while_the_kubelet_pins_cpus_every_container_is_created_as_the_kubelet_asked(tmp_path, shared):
+    """The kubelet's checkpoint says static: exit 0, "passed" with the reason, on stderr too (what the runtime logs),
+    answered in the quick path whatever the state; ``--force`` decides as usual."""
+    stdin, flags = node(tmp_path, shared=shared)
+    (tmp_path / "state").write_text("{")  # even a corrupt state of kubecpu's does not refuse it
+    (tmp_path / "none").write_text('{"policyName":"static","defaultCpuSet":"0,2-7","entries":{"x":{"db":"1"}},'
+                                   '"checksum":1}')
+    done = hook(stdin, flags)
+    answer = json.loads(done.stdout)
+    assert done.returncode == 0 and answer["action"] == "passed" and answer["cpus"] == ""
+    assert "kubelet pins CPUs on this node itself" in answer["note"] and answer["note"] in done.stderr
+    assert "kubecpu_core.services.hook" not in loaded_modules(done)
+    assert hook(stdin, [*flags, "--force"]).returncode == 1  # forced: kubecpu's corrupt state refuses it
 
 
 def test_a_corrupt_state_behind_a_view_is_still_refused(tmp_path):

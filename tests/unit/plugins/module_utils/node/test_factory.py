@@ -4,7 +4,8 @@ that pins CPUs itself, the runtime backend the settings name."""
 from __future__ import annotations
 
 import pytest
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import PolicyError, SafetyError, TopologyError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (KubeletPinsError, PolicyError, SafetyError,
+                                                                                TopologyError)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
@@ -81,3 +82,10 @@ def test_a_manager_that_acts_is_built_only_where_it_may(tmp_path):
         assert reader.runtime is None and reader.cache.path == str(tmp_path / "state") + ".containers.json"
     with build_manager(config.replace(force=True), with_runtime=True, topology=TOPO) as manager:
         assert isinstance(manager.runtime, CrictlRuntime) and manager.policy.reserved == CPUSet.parse("0")
+        assert manager.steps_aside() == ""
+    with build_manager(config, with_runtime=True, topology=TOPO, service=True) as service:  # the agent, the plugin
+        assert "pins CPUs on this node itself (%s says policy static)" % kubelet in service.steps_aside()
+        with pytest.raises(KubeletPinsError, match="kubecpu steps aside"):
+            service.reconcile()
+        kubelet.write_text('{"policyName":"none","defaultCpuSet":"","checksum":0}')
+        assert service.steps_aside() == ""

@@ -191,3 +191,18 @@ def test_the_lock_is_reentrant_within_a_holder(tmp_path):
         assert os.WEXITSTATUS(os.waitpid(child, 0)[1]) == 3
     with StateStore(path, lock_timeout=0.2).locked():  # and free after the outer one
         pass
+
+
+def test_the_first_save_of_a_process_sweeps_what_killed_writers_left(tmp_path):
+    """A hook or agent killed between writing a temporary file and renaming it leaves it; the next writer's first save
+    removes those of this state's files older than a minute (a write in progress is younger), not later ones."""
+    path = str(tmp_path / "state")
+    stale = time.time() - 120
+    for name in (".state.tmp-0123456789ab", ".state.hookview.tmp-0123456789ab", "state.prev-tmp-77"):
+        (tmp_path / name).write_bytes(b"left")
+        os.utime(tmp_path / name, (stale, stale))
+    (tmp_path / ".state.irq.json.tmp-ba9876543210").write_bytes(b"in progress")
+    store = StateStore(path)
+    with store.locked():
+        store.save(CPUState("static", CPUSet.parse("0-3")))
+    assert sorted(n for n in os.listdir(tmp_path) if "tmp-" in n) == [".state.irq.json.tmp-ba9876543210"]

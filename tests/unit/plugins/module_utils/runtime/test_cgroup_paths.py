@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroup_paths import (cgroupfs_path,
                                                                                                expand_systemd_slice,
+                                                                                               is_pod_cgroup,
+                                                                                               kubepods_root,
                                                                                                parent_path,
                                                                                                qos_from_cgroup)
 
@@ -34,9 +36,36 @@ def test_systemd_cgroup_paths_are_expanded(spec, path):
     ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice", "Burstable"),
     ("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice", "BestEffort"),
     ("/system.slice/docker-1.scope", ""), ("/", ""), ("/kubepods", ""),
+    # below a kubelet cgroupRoot other than / (cgroupfs: /kubelet; systemd: /kubelet.slice)
+    ("/kubelet/kubepods/burstable/pod1", "Burstable"), ("/kubelet/kubepods/pod1", "Guaranteed"),
+    ("/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod1.slice",
+     "BestEffort"),
+    ("/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod1.slice", "Guaranteed"),
 ])
 def test_qos_class_from_the_pod_cgroup(path, qos):
     assert qos_from_cgroup(path) == qos
+
+
+@pytest.mark.parametrize("path, root", [
+    ("/kubepods/burstable/pod1/abc", "/kubepods"), ("/kubelet/kubepods/pod1/abc", "/kubelet/kubepods"),
+    ("/kubepods.slice/kubepods-pod1.slice/crio-abc.scope", "/kubepods.slice"),
+    ("/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod1.slice/crio-abc.scope",
+     "/kubelet.slice/kubelet-kubepods.slice"),
+    ("/system.slice/containerd.service", ""), ("/kubepodsx/pod1/abc", ""),
+])
+def test_the_kubelets_top_cgroup_below_any_cgroup_root(path, root):
+    assert kubepods_root(path) == root
+
+
+@pytest.mark.parametrize("name, pod", [
+    ("pod0c3d4e5f-0000-4000-8000-000000000001", True), ("kubepods-pod0c3d4e5f_0000.slice", True),
+    ("kubepods-burstable-pod1.slice", True), ("kubelet-kubepods-besteffort-pod1.slice", True),
+    ("kubelet-kubepods-pod1.slice", True),
+    ("pod", False), ("pods", False), ("burstable", False), ("kubepods-burstable.slice", False),
+    ("system-pod1.slice", False), ("kubepods-podx.slice", False), ("crio-abc.scope", False),
+])
+def test_pod_cgroup_names(name, pod):
+    assert is_pod_cgroup(name) is pod
 
 
 @pytest.mark.parametrize("parent, path", [

@@ -117,12 +117,38 @@ def test_the_hook_writes_a_cpuset_and_reads_back_what_was_written(node):
     assert fs.cpus(container, configured=True) == CPUSet.parse("3,7")
 
 
-def test_the_container_cgroups_below_kubepods_are_its_leaves(node):
-    """Leaves whose parent is a pod cgroup: containers and sandboxes, for both drivers; an empty QoS or pod cgroup
-    is not one."""
+def test_the_container_cgroups_below_kubepods_are_the_children_of_pod_cgroups(node):
+    """Containers and sandboxes, for both drivers and any runtime's names, however deep their own cgroups go; an empty
+    QoS or pod cgroup is not one, nor what lies outside the kubelet's top cgroup."""
     fs, container, _version = node
     top = fs.directory("cpuset", "/")
     os.makedirs(os.path.join(top, "kubepods", "besteffort"), exist_ok=True)  # no pods in it
     os.makedirs(os.path.join(top, "kubepods", "pod0c3d4e5f-0000-4000-8000-000000000001"), exist_ok=True)  # a pod without containers yet
     os.makedirs(os.path.join(top, "system.slice", "containerd.service"), exist_ok=True)  # not the kubelet's
-    assert list(fs.kubepods_leaves()) == [container]
+    nested = "/kubepods/burstable/pod2/" + "b" * 64
+    os.makedirs(os.path.join(top, nested.lstrip("/"), "init.scope"))  # systemd in a container
+    found = list(fs.container_cgroups("/kubepods")) + list(fs.container_cgroups("/kubepods.slice"))  # both drivers
+    assert sorted(found) == sorted([container, nested])
+    scope = "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod3.slice/crio-%s.scope" % ("c" * 64)
+    conmon = "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod3.slice/crio-conmon-%s.scope" % ("c" * 64)
+    for path in (scope, conmon):
+        os.makedirs(os.path.join(top, path.lstrip("/")))
+    assert sorted(fs.container_cgroups("/kubelet.slice/kubelet-kubepods.slice")) == sorted([conmon, scope])
+    assert list(fs.container_cgroups("/no-such-root")) == []
+
+
+def test_a_container_with_cgroups_of_its_own_moves_with_them(node):
+    """v1: a child's cpuset must stay within its parent's, so the children that would stop the write go first; v2:
+    only the container's own cgroup is written (the kernel narrows its children's effective sets)."""
+    fs, container, version = node
+    top = fs.directory("cpuset", "/")
+    for child, cpus in (("init.scope", "1-2"), ("system.slice", "1"), ("system.slice/docker.service", "1")):
+        os.makedirs(os.path.join(top, container.lstrip("/"), child))
+        with open(os.path.join(top, container.lstrip("/"), child, "cpuset.cpus"), "w", encoding="utf-8") as handle:
+            handle.write(cpus + "\n")
+    fs.move_cpus(container, CPUSet.parse("2"))
+    assert fs.cpus(container, configured=True) == CPUSet.parse("2")
+    children = {child: str(fs.cpus(container + "/" + child, configured=True))
+                for child in ("init.scope", "system.slice", "system.slice/docker.service")}
+    assert children == ({"init.scope": "1-2", "system.slice": "1", "system.slice/docker.service": "1"} if version == 2
+                        else {"init.scope": "2", "system.slice": "2", "system.slice/docker.service": "2"})

@@ -10,7 +10,8 @@ import signal
 import struct
 
 import pytest
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import RuntimeUnavailableError, StateError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (KubeletPinsError,
+                                                                                RuntimeUnavailableError, StateError)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
@@ -248,6 +249,28 @@ def test_any_failure_of_a_pass_is_a_log_line_and_a_metric_never_the_agents_end(t
     text = (tmp_path / "kubecpu.prom").read_text()
     assert 'kubecpu_peer_errors_total{kind="pass",peer="fake"} 3' in text
     assert 'kubecpu_reconcile_passes_total{result="success"} 1' in text
+
+
+def test_while_the_kubelet_pins_cpus_the_agent_steps_aside_and_says_so_once(tmp_path):
+    """Passes that find the kubelet pinning (``KubeletPinsError``) are not failures: no back-off, one warning, and a
+    line when kubecpu manages the CPUs again."""
+    node, clock = Node(), Clock()
+    real, aside = node.reconcile, [2]
+
+    def pinned(apply=True):
+        if aside[0]:
+            aside[0] -= 1
+            raise KubeletPinsError("the kubelet pins CPUs on this node itself (/k says policy static)")
+        return real(apply)
+
+    node.reconcile = pinned
+    loop, log = agent(node, clock, tmp_path, max_passes=3)
+    assert loop.run() == 0 and loop.failures == 0
+    said = [(e["level"], e["msg"]) for e in events(log) if "kubelet" in e["msg"]]
+    assert said == [("warning", "the kubelet pins CPUs on this node itself (/k says policy static)"),
+                    ("info", "the kubelet no longer pins CPUs: kubecpu manages them again")]
+    assert clock.waits[:2] == [10.0, 10.0]  # the period, not a back-off
+    assert 'kubecpu_reconcile_passes_total{result="success"} 3' in (tmp_path / "kubecpu.prom").read_text()
 
 
 def test_the_loop_runs_the_housekeeper_beside_a_kubelet_that_pins(tmp_path):

@@ -16,6 +16,7 @@ import io
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,15 +24,21 @@ import threading
 import time
 
 import pytest
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import StoreError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import ManagerOptions
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.factory import build_manager
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.hook_marks import CREATE_GRACE, CreatingMarks
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.hook_view import view_path
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroups import CgroupFS
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.hook import HookRefusal
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.hook_node import ALL, ROOT, Node
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.cli_run import run as cli_run
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_runtime import FakeRuntime
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.proc_irq import affinity, proc_irq
 
 
@@ -158,12 +165,147 @@ def test_a_cgroup_it_cannot_write_refuses_the_container(node):
     target.mkdir()  # not a file: the write fails as a vanished or read-only cgroup does
     with pytest.raises(HookRefusal, match=r"cannot write .*cpuset\.cpus"):
         node.run(app)
+    assert not os.path.exists(node.state)  # its entry was never committed: the retry allocates again
+
+
+# --- the bad day (issue 34): an entry saved before the others moved, nested and non-root trees, a kubelet that pins
+
+
+def committed(node, made, cpus):
+    """An entry saved while the others still run on its CPUs: the NRI plugin saved it and its reply was dropped (the
+    runtime's timeout), or an earlier writer was killed before it moved them."""
+    state = CPUState("static", ALL - CPUSet.parse(cpus))
+    state.set(made["uid"], "app", CPUSet.parse(cpus))
+    with StateStore(node.state).locked():
+        StateStore(node.state).save(state)
+
+
+@pytest.mark.parametrize("own", ["on its entry already", "on every CPU"])
+def test_an_entry_found_moves_every_other_container_off_its_cpus(node, own):
+    """The "checked" and "set" paths: the retry of a container whose entry was committed moves the shared container
+    that still holds its CPUs, and says so."""
+    web = node.container("Burstable", 500)  # running, on every CPU
+    app = node.container("Guaranteed", 2000, cpus=CPUSet.parse("1,5") if own.startswith("on its") else ALL)
+    committed(node, app, "1,5")
+    assert node.overlaps()
+    result = node.run(app)
+    assert (result.action, result.cpus, result.moved) == ("checked" if own.startswith("on its") else "set", "1,5", 1)
+    assert node.cpus(web) == ALL - CPUSet.parse("1,5") and node.cpus(app) == CPUSet.parse("1,5")
+    assert not node.overlaps() and web["id"] in node.marks()
+    again = node.run(app)  # nothing left to move: checked, no write
+    assert (again.action, again.moved) == ("checked", 0)
+
+
+class Killed(BaseException):
+    """SIGKILL in the middle of a write (runc's hook timeout): nothing after it runs."""
+
+
+@pytest.mark.parametrize("fail_at", range(4))
+@pytest.mark.parametrize("how", [Killed, OSError])
+def test_killed_or_failing_at_any_cgroup_write_leaves_no_cpu_to_two_containers(node, monkeypatch, fail_at, how):
+    """An allocation writes the container's cgroup, then each overlapping container's, and only then saves the
+    entry. Stopped at any of those writes (killed, or the kernel refusing one), nothing is committed; the runtime's
+    retry allocates again, and no CPU of an entry is left to another container."""
+    others = [node.container("Burstable", 500), node.container("BestEffort", 0), node.container("Burstable", 250)]
+    app = node.container("Guaranteed", 2000)
+    real_write, writes = CgroupFS._write, []
+
+    def write(directory, target, value):
+        if target == "cpuset.cpus" and len(writes) == fail_at:
+            writes.append(directory)
+            raise how("stopped at write %d" % fail_at) if how is Killed else StoreError("cannot write: EBUSY")
+        writes.append(directory)
+        real_write(directory, target, value)
+
+    monkeypatch.setattr(CgroupFS, "_write", staticmethod(write))
+    with pytest.raises((Killed, HookRefusal)):
+        node.run(app)
+    assert not os.path.exists(node.state) or node.saved().get(app["uid"], "app") is None  # nothing committed
+    monkeypatch.setattr(CgroupFS, "_write", staticmethod(real_write))
+    result = node.run(app)  # the kubelet's retry
+    assert result.action == "allocated" and not node.overlaps()
+    assert all(node.cpus(other).isdisjoint(CPUSet.parse(result.cpus)) for other in others)
+
+
+def test_a_shared_container_with_cgroups_of_its_own_moves_with_them(node):
+    """systemd or Docker inside a container: its cgroup has children. The container's cgroup moves (v1: its children
+    first, whose cpusets must stay within it)."""
+    web = node.container("Burstable", 500)
+    for child in ("init.scope", "system.slice/docker.service"):
+        node.write_cpus(web["path"] + "/" + child, ALL)
+    result = node.run(node.container("Guaranteed", 2000))
+    held = CPUSet.parse(result.cpus)
+    assert result.moved == 1 and node.cpus(web) == ALL - held
+    deep = node.cpus_at(web["path"] + "/system.slice/docker.service")
+    assert deep == (ALL if node.v2 else ALL - held)  # v2: the kernel narrows its effective set by itself
+
+
+@pytest.mark.parametrize("root, driver, prefix", [
+    ("kubelet/kubepods", "cgroupfs", ""),  # cgroupRoot: /kubelet
+    ("kubepods", "systemd", "cri-containerd"),
+    ("kubepods", "systemd", "crio"),  # CRI-O's crio-<id>.scope
+    ("kubelet-kubepods", "systemd", "crio"),  # cgroupRoot: /kubelet.slice
+])
+def test_the_mover_finds_containers_below_any_cgroup_root_and_driver(node, root, driver, prefix):
+    web = node.container("Burstable", 500, root=root, driver=driver, prefix=prefix)
+    idle = node.container("BestEffort", 0, root=root, driver=driver, prefix=prefix)
+    app = node.container("Guaranteed", 2000, root=root, driver=driver, prefix=prefix)
+    result = node.run(app)
+    held = CPUSet.parse(result.cpus)
+    assert result.action == "allocated" and result.moved == 2 and node.cpus(app) == held
+    assert node.cpus(web) == ALL - held and node.cpus(idle) == ALL - held and not node.overlaps()
+    assert node.marks() == {app["id"], web["id"], idle["id"]}
+
+
+@pytest.mark.parametrize("qos, millicpu", [("Burstable", 500), ("Guaranteed", 2000), ("Guaranteed", 1000)])
+def test_when_the_kubelet_pins_cpus_kubecpu_steps_aside_on_every_path(node, qos, millicpu):
+    """A kubelet switched to the static policy while the hook stays installed: every container passes untouched (the
+    kubelet gave it its cpuset), none is refused, nothing is written; the answer says why."""
+    node.run(node.container("Guaranteed", 2000))  # kubecpu placed one before the switch: its state has a pool
+    before = open(node.state, "rb").read()
+    node.kubelet_pins("2,6")
+    made = node.container(qos, millicpu, cpus=CPUSet.parse("2,6") if qos == "Guaranteed" else ALL - CPUSet.parse("2,6"))
+    had = node.cpus(made)
+    result = node.run(made)
+    assert (result.action, result.cpus, result.moved) == ("passed", "", 0)
+    assert "kubelet pins CPUs on this node itself" in result.note and node.kubelet_state in result.note
+    assert node.cpus(made) == had and open(node.state, "rb").read() == before
+    forced = node.run(made, force=True)  # the operator's override: kubecpu decides again
+    assert forced.action in ("allocated", "set") and not forced.note
+
+
+def test_an_agent_pass_while_the_runtime_is_still_creating_keeps_what_the_hook_allocated(tmp_path):
+    """CRI-O lists a container only once its CreateContainer is over, and the hook runs inside it: a pass of the agent
+    in between sees an entry without a container. It keeps the entry (the hook marked it) until the runtime lists
+    the container, then drops the mark; a mark past its grace (a creation that failed for good) no longer keeps it."""
+    node = Node(tmp_path, False)
+    app = node.container("Guaranteed", 2000)
+    held = CPUSet.parse(node.run(app).cpus)
+    runtime = FakeRuntime(str(node.cgroup))
+    manager = build_manager(node.config(), with_runtime=True, runtime=runtime)
+    plan = manager.reconcile()
+    assert node.saved().get(app["uid"], "app") == held and not [a for a in plan.actions if a.action == "release"]
+    assert CreatingMarks(node.state).fresh() == {(app["uid"], "app"): app["path"]}
+    runtime.add(app["uid"], "app", "Guaranteed", 2000)  # created: the runtime lists it
+    manager.reconcile()
+    assert CreatingMarks(node.state).fresh() == {} and node.saved().get(app["uid"], "app") == held
+    for end in ("removed", "stuck"):  # runc removed its cgroup (failed, or removed before any pass); grace over
+        failed = node.container("Guaranteed", 1000)
+        node.run(failed)
+        if end == "removed":
+            shutil.rmtree(node.directory(failed["path"]))
+        else:
+            old = time.time() - CREATE_GRACE - 1
+            os.utime(os.path.join(node.state + ".creating", "%s.app" % failed["uid"]), (old, old))
+        released = [a for a in manager.reconcile().actions if a.action == "release"]
+        assert [(a.pod_uid, a.reason) for a in released] == [(failed["uid"], "pod is gone")]
+        assert node.saved().get(failed["uid"], "app") is None and node.saved().get(app["uid"], "app") == held
 
 
 def hook_argv(node):
     """``bin/kubecpu hook`` as the runtime's spec runs it on this node."""
     return ["hook", "--state", node.state, "--sysfs-root", node.sysfs, "--cgroup-root", str(node.cgroup),
-            "--reserved-cpus", "0", "--kubelet-state", str(node.tmp / "no-kubelet-state")]
+            "--reserved-cpus", "0", "--kubelet-state", node.kubelet_state]
 
 
 def test_the_cli_exits_1_with_one_line_and_0_with_what_it_did(node):
@@ -231,12 +373,12 @@ def test_a_pod_with_kubernetes_largest_annotations_is_placed(node):
 def test_killed_at_any_moment_the_state_is_one_complete_generation(node):
     """``bin/kubecpu hook`` killed with SIGKILL at random moments of its run (the first run, not killed, says how long
     one takes): the state file is the one before or the one after, valid each time; an entry it holds is off the
-    shared pool."""
+    shared pool. The runtime's retry then places the container, and no CPU of an entry is left to another
+    container (a shared one runs on every CPU at the start)."""
     rng = random.Random(7)
-    argv = [sys.executable, os.path.join(ROOT, "bin", "kubecpu"), "hook", "--state", node.state, "--sysfs-root",
-            node.sysfs, "--cgroup-root", str(node.cgroup), "--reserved-cpus", "0", "--kubelet-state",
-            str(node.tmp / "no-kubelet-state")]
+    argv = [sys.executable, os.path.join(ROOT, "bin", "kubecpu")] + hook_argv(node)
     env = dict(os.environ, KUBECPU_PYTHON=sys.executable)
+    node.container("Burstable", 500)
     took, outcomes = None, []
     for _pod in range(7):  # 7 x 1 CPU of the 7 not reserved
         app = node.container("Guaranteed", 1000)
@@ -254,6 +396,10 @@ def test_killed_at_any_moment_the_state_is_one_complete_generation(node):
         held = saved.get(app["uid"], "app")
         assert held is None or held.isdisjoint(saved.default)
         outcomes.append((proc.returncode, held is not None))
+        if proc.returncode:
+            code, _out, err = cli_run(hook_argv(node), stdin=app["stdin"].decode())  # the kubelet's retry
+            assert code == 0, err
+        assert not node.overlaps()
     assert outcomes[0] == (0, True) and all(done for code, done in outcomes if code == 0), outcomes
 
 

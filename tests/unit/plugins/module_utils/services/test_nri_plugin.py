@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import ManagerOptions
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.kubelet_policy import kubelet_pins
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.manager import NodeManager
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroups import CgroupFS
@@ -22,6 +24,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.nri_ap
                                                                                           REMOVE_CONTAINER, event_mask,
                                                                                           schema)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.nri_plugin import EVENTS, NRIPlugin, NRIView
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.checkpoints import checkpoint_file
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated_cpus
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.proc_irq import affinity, proc_irq
 
@@ -84,6 +87,43 @@ def test_create_pins_in_the_adjustment_and_shrinks_the_shared_in_the_same_reply(
     assert pinned.adjust.linux.resources.cpu.cpus == "1,5"  # a whole core, as the kubelet packs
     assert updates(pinned) == {"b-app": "0,2-4,6-7"}
     assert plugin.manager.read_state().entries == {"g": {"app": plugin.manager.read_state().get("g", "app")}}
+
+
+def test_a_reply_the_runtime_dropped_is_made_good_at_the_retry(plugin):
+    """The plugin saved g's entry, but its reply came after the runtime's request timeout: the runtime created
+    nothing and updated nobody, so b still runs on every CPU. The kubelet's retry (a new container of the same name)
+    gets g's CPUs again, and b's update comes with it."""
+    create(plugin, "b", "app", 250, "Burstable")
+    request = PB.CreateContainerRequest(pod=pod("g"), container=container("g", "app", 2000))
+    assert plugin.handle(PLUGIN_SERVICE, "CreateContainer", request.SerializeToString(), time.monotonic() - 1) is None
+    assert plugin.manager.read_state().get("g", "app") == CPUSet.parse("1,5")  # saved, its reply not sent
+    plugin.view.known.pop("g-app")  # the runtime removed the half-made container
+    retry = container("g", "app", 2000)
+    retry.id = "g-app-retry"
+    reply = ask(plugin, "CreateContainer", PB.CreateContainerRequest(pod=pod("g"), container=retry),
+                "CreateContainerResponse")
+    assert reply.adjust.linux.resources.cpu.cpus == "1,5"
+    assert updates(reply) == {"b-app": "0,2-4,6-7"}
+
+
+def test_while_the_kubelet_pins_cpus_the_plugin_adjusts_nothing_and_refuses_nothing(plugin, tmp_path):
+    """A kubelet switched to the static policy under the running plugin: every container is created as the kubelet
+    asked (no adjustment, no update, no refusal, nothing saved), and the log says why once; switched back, kubecpu
+    decides again."""
+    kubelet = tmp_path / "kubelet_state"
+    plugin.manager.steps_aside = lambda: kubelet_pins(str(kubelet))
+    create(plugin, "b", "app", 250, "Burstable")
+    kubelet.write_bytes(checkpoint_file("0-1,3-5,7", {"k": {"db": "2,6"}}))
+    before = plugin.manager.read_state()
+    for uid in ("g", "h"):
+        reply = create(plugin, uid, "app", 2000)
+        assert reply.adjust.linux.resources.cpu.cpus == "" and updates(reply) == {}
+    assert plugin.manager.read_state() == before
+    said = [json.loads(line) for line in plugin.log.getvalue().splitlines()]
+    assert [e["level"] for e in said if "kubelet pins CPUs" in e["msg"]] == ["warning"]
+    kubelet.write_bytes(checkpoint_file("", {}, policy="none"))
+    assert create(plugin, "i", "app", 2000).adjust.linux.resources.cpu.cpus == "1,5"
+    assert "the kubelet no longer pins CPUs" in plugin.log.getvalue()
 
 
 def test_synchronize_adopts_what_runs_in_one_or_several_parts(plugin):
@@ -153,7 +193,6 @@ import signal  # noqa: E402
 import struct  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.wire import ttrpc  # noqa: E402
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import nri_peer  # noqa: E402
