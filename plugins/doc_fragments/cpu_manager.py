@@ -137,10 +137,12 @@ options:
     version_added: 0.5.0
   besteffort_idle:
     description:
-      - Beyond the kubelet. Write C(cpu.idle=1) into the BestEffort QoS cgroup, each BestEffort pod's and each
-        running BestEffort container's cgroup (cgroup v2, kernel 5.15 or newer; elsewhere nothing is written), so
-        that BestEffort work only takes CPU time nobody else wants (what the kubelet proposal KEP-5889 asks for).
-        Turning it off later does not write C(cpu.idle=0) back.
+      - Beyond the kubelet. Write C(cpu.idle=1) into each running BestEffort pod's cgroup (cgroup v2, kernel 5.15 or
+        newer; elsewhere nothing is written), so that a CPU running only BestEffort work counts as idle for other
+        work waking up. The BestEffort QoS cgroup and the containers stay at C(cpu.idle=0), and a 1 written there by 0.6.2 and
+        before is set back to 0, because the kernel refuses a cgroup's C(cpu.weight) while it is idle, and the
+        kubelet rewrites the QoS cgroup's weight, the runtime a container's with every update.
+      - Turned off, the next pass sets the pods' C(cpu.idle) back to 0.
     type: bool
     default: false
     version_added: 0.5.0

@@ -20,7 +20,10 @@ description:
     when it ends within O(time_budget); on a larger node it returns the best it found and says so
     (RV(proven_best)). The moves are ordered so that no CPU is ever held by two containers; a swap passes through
     free CPUs (that container appears twice in RV(moves)). Where no safe order exists, or the search found nothing
-    better, the greedy search plans (each step the one move that helps most).
+    better, the greedy search plans (each step the one move that helps most), in what is left of O(time_budget).
+  - The search runs on a copy of the state with the node's lock free (the OCI hook and the NRI plugin never wait for
+    it); under the lock the moves are taken only while the state is still that copy, else it searches again (three
+    times, then it fails and moves nothing).
   - On the kubelet's own checkpoint (read-only) it only plans and returns RV(rewritten_state), the checkpoint after
     the moves, to write with M(kubecpu.cpu_manager.cpu_manager_checkpoint) (action V(write) with push) while the
     kubelet is stopped.
@@ -42,8 +45,8 @@ options:
     description: At most this many moves (omitted, as many as help); the best packing those moves reach.
     type: int
   time_budget:
-    description: Seconds of exact search, after which the best packing found so far is taken (more than 0, at
-      most 600). The node's state lock is held meanwhile.
+    description: Seconds of search (the exact search, then the greedy fallback in what is left), after which the
+      best packing found so far is taken (more than 0, at most 600). The search does not hold the node's state lock.
     type: float
     default: 0.5
     version_added: 0.5.0

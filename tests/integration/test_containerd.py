@@ -80,9 +80,12 @@ def test_more_cpus_than_free_is_a_clear_error_and_changes_nothing(lab, pods, tmp
 
 def test_init_container_cpus_go_to_the_app_container(lab, pods, tmp_path):
     state = tmp_path / "state"
-    pod = pods("migrate", "Guaranteed", [{"name": "init", "cpu": 1000, "command": ["/bin/sleep", "2"]}])
+    # the init container runs until told to finish (exit 0 on SIGTERM): no race with a fixed sleep on a slow machine
+    until_told = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.2; done"]
+    pod = pods("migrate", "Guaranteed", [{"name": "init", "cpu": 1000, "command": until_told}])
     first = kubecpu(lab, state)
     assert [(a["container"], a["cpus"]) for a in first["actions"] if a["action"] == "allocate"] == [("init", "1")]
+    lab.cri.stop_container(pod["containers"]["init"], timeout=30)
     deadline = time.monotonic() + 20
     while lab.cri.inspect(pod["containers"]["init"]).finished_at == 0:
         assert time.monotonic() < deadline

@@ -40,7 +40,7 @@ class _ManagerOptions(NamedTuple):
     topology_manager_options: Optional[Mapping[str, str]] = None
     irq_isolation: str = "off"  # off | exclusive | annotated: device interrupts kept off the CPUs held exclusively
     cpu_burst: bool = False  # cpu.max.burst of Burstable containers from their pod's cpu-burst.kubecpu.io
-    besteffort_idle: bool = False  # cpu.idle = 1 for BestEffort containers, their pods and QoS cgroup (cgroup v2)
+    besteffort_idle: bool = False  # cpu.idle = 1 for BestEffort pods' cgroups (cgroup v2; node/targets._idle)
 
 
 class ManagerOptions(_ManagerOptions):

@@ -15,12 +15,15 @@ from ..kubelet.settings import parse_duration
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology
 from ..runtime.cgroups import CgroupFS
-from ..runtime.model import RUNNING, ContainerInfo, ListedContainer, Runtime
+from ..runtime.model import CREATED, RUNNING, ContainerInfo, ListedContainer, Runtime
 from .config import ManagerOptions
 from .hook_marks import HookMarks
 from .plan import Action, Plan
 from .pod_views import Pair
 
+# A created container (not started yet) is given its CPUs too: containerd applies its spec at the start, CRI-O's
+# cgroup exists already; one left on its old CPUs would start on CPUs another container now holds.
+_PINNED_STATES = (RUNNING, CREATED)
 BURST_ANNOTATION = "cpu-burst.kubecpu.io"  # a pod's CFS burst, a duration ("20ms")
 Scope = Optional[AbstractSet[str]]  # pod UIDs: the pods a pass decides again (None: every pod)
 
@@ -37,6 +40,7 @@ class CgroupTargets:
         self.pushed: Dict[str, CPUSet] = {}  # container ID -> the cpuset it was last given or found with
         self.hooked: FrozenSet[str] = frozenset()  # marked by the OCI hook when this plan was made
         self.present: Set[str] = set()  # the containers the runtime listed last
+        self.idle_known: Dict[str, Optional[str]] = {}  # cgroup -> its cpu.idle as a pass verified it (None: none)
 
     def current_request(self, listed: ListedContainer, info: ContainerInfo) -> ContainerInfo:
         """The facts with the CFS quota cgroupfs shows now, when a Guaranteed running container's differs from
@@ -65,7 +69,7 @@ class CgroupTargets:
         pushed = self.pushed
         self.hooked = hooked = self.marks.pending()
         for listed, info in pairs:
-            if listed.state != RUNNING or not listed.is_kubernetes:
+            if listed.state not in _PINNED_STATES or not listed.is_kubernetes:
                 continue
             assigned = state.get(listed.pod_uid, listed.name)
             exclusive = assigned is not None
@@ -114,8 +118,7 @@ class CgroupTargets:
                                        info.cgroup_path))
         if plan.followers:
             plan.counts["followers"] = len(plan.followers)
-        if self.options.besteffort_idle:
-            _idle(plan, pairs, self.cgroups)
+        _idle(plan, pairs, self.cgroups, self.options.besteffort_idle, self.idle_known)
         if self.options.cpu_burst:
             _burst(plan, pairs, self.cgroups)
         if self.options.cpu_quota == "unlimited":
@@ -134,7 +137,7 @@ class CgroupTargets:
                     self.cgroups.set_quota(action.cgroup, action.quota or -1, action.period or 100000)
                     continue
                 if action.action == "idle":
-                    self.cgroups.set_idle(action.cgroup)
+                    self.cgroups.set_idle(action.cgroup, action.quota or 0)
                     continue
                 if action.action == "burst":
                     self.cgroups.set_burst(action.cgroup, action.quota or 0)
@@ -184,29 +187,46 @@ class CgroupTargets:
         plan.counts["followers"] = len(done)
 
 
-def _idle(plan: Plan, pairs: Sequence[Pair], cgroups: CgroupFS) -> None:
-    """``cpu.idle`` = 1 from the BestEffort QoS cgroup down to each running BestEffort container (the QoS cgroup is
-    what competes with Burstable and Guaranteed pods; below it, each level is idle too). Where the kernel has no
-    ``cpu.idle`` (cgroup v1, before 5.15), nothing is written."""
+def _idle(plan: Plan, pairs: Sequence[Pair], cgroups: CgroupFS, on: bool, known: Dict[str, Optional[str]]) -> None:
+    """``cpu.idle`` of each running BestEffort pod's cgroup: 1 with ``besteffort_idle`` (its tasks count as idle: a
+    CPU running only them is taken as idle when other work wakes up), else 0; its QoS cgroup's and its containers'
+    stay 0. The kernel refuses a cgroup's ``cpu.weight`` while it is idle (EINVAL, seen on the guest's 6.1): the
+    kubelet rewrites the BestEffort QoS cgroup's weight (at every pod start and every minute, and stops updating the
+    QoS cgroups at the first error), and the runtime a container's with every update (kubecpu's own, of its cpuset,
+    would fail). What an earlier version set there, or the option left when turned off, is set back to 0. Where the
+    kernel has no ``cpu.idle`` (cgroup v1, before 5.15), nothing is written. A value a pass verified is not read
+    again (``known``, kept for the cgroups of the containers listed now)."""
     seen: Set[str] = set()
+    verified = dict(known)
+    known.clear()
     for listed, info in pairs:
         if listed.state != RUNNING or info.qos != BEST_EFFORT or not info.cgroup_path:
             continue
         pod = info.pod_cgroup_path
-        for path in (os.path.dirname(pod.rstrip("/")), pod, info.cgroup_path):
+        for path, want in ((os.path.dirname(pod.rstrip("/")), "0"), (pod, "1" if on else "0"),
+                           (info.cgroup_path, "0")):
             if path in seen or path in ("", "/"):
                 continue
             seen.add(path)
-            if cgroups.idle(path) == "0":
-                plan.actions.append(Action("idle", listed.id if path == info.cgroup_path else "", listed.pod_ref,
-                                           listed.pod_uid, listed.name if path == info.cgroup_path else "", "",
-                                           "BestEffort: cpu.idle = 1", cgroup=path))
+            have = verified[path] if path in verified else cgroups.idle(path)
+            if have is None or have == want:
+                known[path] = have
+            else:
+                own = path == info.cgroup_path
+                plan.actions.append(Action("idle", listed.id if own else "", listed.pod_ref, listed.pod_uid,
+                                           listed.name if own else "", "", "BestEffort: cpu.idle = %s" % want,
+                                           quota=int(want), cgroup=path))
 
 
 def _burst(plan: Plan, pairs: Sequence[Pair], cgroups: CgroupFS) -> None:
     """``cpu.max.burst`` of each running Burstable container whose pod says ``cpu-burst.kubecpu.io: <duration>``, at
     most its CFS quota (a container without a quota has nothing to burst over). A value that is not a duration is
-    the plan's error (kind ``annotation``); a kernel without ``cpu.max.burst`` (before 5.14, cgroup v1) is skipped."""
+    the plan's error (kind ``annotation``); a kernel without ``cpu.max.burst`` (before 5.14, cgroup v1) is skipped.
+
+    The kernel refuses a ``cpu.max`` below the burst (EINVAL, seen on the guest's 6.1): an in-place decrease of the
+    limit would fail. The quota the runtime is about to apply counts too (the NRI plugin's UpdateContainer carries
+    it, before the runtime writes it), so the burst is lowered first; the agent, which learns of a resize only once
+    it is applied, cannot, and a pod with a burst then needs its burst annotation below the new limit first."""
     for listed, info in pairs:
         text = (info.annotations or {}).get(BURST_ANNOTATION)
         if listed.state != RUNNING or info.qos != BURSTABLE or text is None:
@@ -219,10 +239,11 @@ def _burst(plan: Plan, pairs: Sequence[Pair], cgroups: CgroupFS) -> None:
         quota, have = cgroups.quota(info.cgroup_path), cgroups.burst(info.cgroup_path)
         if quota is None or quota[0] <= 0 or have is None:
             continue
-        burst = min(wanted, quota[0])
+        limit = min(quota[0], info.cpu_quota) if info.cpu_quota > 0 else quota[0]  # (the new one, coming)
+        burst = min(wanted, limit)
         if have != burst:
             plan.actions.append(Action("burst", listed.id, listed.pod_ref, listed.pod_uid, listed.name, "",
-                                       "%s: %s (at most the quota, %d µs)" % (BURST_ANNOTATION, text, quota[0]),
+                                       "%s: %s (at most the quota, %d µs)" % (BURST_ANNOTATION, text, limit),
                                        quota=burst, cgroup=info.cgroup_path))
 
 

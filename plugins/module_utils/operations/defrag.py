@@ -11,7 +11,10 @@ fewest CPUs changed.
 It plans in three parts: ``defrag_search`` finds the best packing (which units stay, which move to which NUMA
 node; proven best when its search ends within the time budget), ``defrag_moves`` gives the moved units their CPUs
 and orders the moves so that no CPU is ever held by two containers (a swap passes through free CPUs), and where no
-such order exists, or the packing found is no better than it, the greedy search (``defrag_greedy``) plans instead.
+such order exists, or the packing found is no better than it, the greedy search (``defrag_greedy``) plans instead,
+in what is left of the same time budget. A live defragmentation searches on a copy of the state, outside the lock
+(the OCI hook and the NRI plugin never wait for a search), and takes the moves under the lock only while the state
+is still that copy (else it searches again, ``PLAN_ATTEMPTS`` times).
 A movable unit is a container, or the containers of a pod that hold the same CPUs; a pod whose containers hold
 partly overlapping CPUs, pod-level exclusive CPUs (kubelet 1.36+), a unit too large for one NUMA node and, under
 ``full-pcpus-only``, a unit that is not whole cores stay where they are. A moved unit lands on one NUMA node, which
@@ -21,9 +24,10 @@ that spread an allocation (``distribute-cpus-across-cores``) are not reproduced:
 
 from __future__ import annotations
 
+import time
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple, cast
 
-from ..errors import ConfigError, PolicyError
+from ..errors import ConfigError, PolicyError, StateError
 from ..kubelet.checkpoint_formats import write
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.options import PolicyOptions
@@ -39,7 +43,8 @@ from .defrag_greedy import greedy_moves, whole_per_numa
 from .defrag_moves import Step, sequence, targets
 from .defrag_search import rooms_and_units, search
 
-SEARCH_BUDGET = 0.5  # seconds of exact search per node before the best packing found so far is taken
+SEARCH_BUDGET = 0.5  # seconds of search per node (exact, then greedy) before the best packing found so far is taken
+PLAN_ATTEMPTS = 3  # searches on a state that changed under them before a defragmentation gives up
 MAX_BUDGET = 600.0  # an operator's longest search: beyond it a defragmentation holds the node's lock too long
 
 
@@ -152,13 +157,14 @@ def plan_defrag(topo: Topology, options: PolicyOptions, state: CPUState, reserve
                 max_moves: Optional[int] = None, *, budget: float = SEARCH_BUDGET) -> Defrag:
     """The moves (and the state after them) for the static policy's ``state``; ``state`` is not changed.
     ``max_moves``: at most that many moves; ``budget``: seconds of exact search."""
+    deadline = time.monotonic() + budget  # the whole plan: the exact search, then the greedy fallback in what is left
     node = _node(topo, options, state, reserved)
     steps, proven = _exact(topo, node, reserved.as_frozenset(), whole_only=options.full_pcpus_only,
                            max_moves=max_moves, budget=budget)
     exact = None if steps is None else _applied(topo, state, reserved, node, steps, proven=proven, planner="exact")
     if exact is not None and (proven or _score(exact.after) > _score(node.before)):
         return exact
-    fallback = _greedy(topo, options, state, reserved, node=node, max_moves=max_moves)
+    fallback = _greedy(topo, options, state, reserved, node=node, max_moves=max_moves, deadline=deadline)
     return exact if exact is not None and _score(exact.after) >= _score(fallback.after) else fallback
 
 
@@ -169,8 +175,9 @@ def plan_greedy(topo: Topology, options: PolicyOptions, state: CPUState, reserve
 
 
 def _greedy(topo: Topology, options: PolicyOptions, state: CPUState, reserved: CPUSet, *, node: _Node,
-            max_moves: Optional[int]) -> Defrag:
-    moves = greedy_moves(topo, node.free, node.holdings[:len(node.units)], options.full_pcpus_only, max_moves)
+            max_moves: Optional[int], deadline: Optional[float] = None) -> Defrag:
+    moves = greedy_moves(topo, node.free, node.holdings[:len(node.units)], options.full_pcpus_only, max_moves,
+                         deadline=deadline)
     steps = [Step(index, node.holdings[index], place) for index, place in moves]
     return _applied(topo, state, reserved, node, steps, proven=False, planner="greedy")
 
@@ -213,13 +220,28 @@ def defrag_node(manager: NodeManager, apply: bool = True, max_moves: Optional[in
     policy = manager.policy
     if policy.name != STATIC:
         raise PolicyError("defragmentation moves exclusive CPUs, and the %s policy has none" % policy.name)
-    with manager.session(apply) as (state, plan, _pairs):
-        found = plan_defrag(manager.topology, cast(StaticPolicy, policy).options, state, policy.reserved, max_moves,
-                            budget=budget)
-        state.entries, state.default = found.state.entries, found.state.default
-        for move in found.moves:
-            for name in move.containers:
-                plan.actions.append(Action("move", "", "", move.pod_uid, name, str(move.cpus_after),
-                                           "defragmentation (was %s)" % move.cpus_before))
-        plan.result = found.to_dict()
-    return plan
+    options = cast(StaticPolicy, policy).options
+    for _attempt in range(PLAN_ATTEMPTS):
+        # The search runs on a copy, outside the lock: the OCI hook (2 s) and the NRI plugin (half the runtime's
+        # timeout) never wait for it. Under the lock the moves are taken only if the state is still that copy.
+        snapshot = manager.read_state()
+        found = plan_defrag(manager.topology, options, snapshot, policy.reserved, max_moves, budget=budget)
+        try:
+            with manager.session(apply) as (state, plan, _pairs):
+                if state != snapshot:
+                    raise _Changed()  # a container came or went meanwhile: nothing committed, search again
+                state.entries, state.default = found.state.entries, found.state.default
+                for move in found.moves:
+                    for name in move.containers:
+                        plan.actions.append(Action("move", "", "", move.pod_uid, name, str(move.cpus_after),
+                                                   "defragmentation (was %s)" % move.cpus_before))
+                plan.result = found.to_dict()
+        except _Changed:
+            continue
+        return plan
+    raise StateError("the state changed during each of %d searches (containers coming and going): nothing was moved; "
+                     "run the defragmentation again when the node is quieter" % PLAN_ATTEMPTS)
+
+
+class _Changed(Exception):
+    """The state under the lock is not the one the moves were searched on."""

@@ -13,6 +13,7 @@ the cores a move touches are counted again).
 
 from __future__ import annotations
 
+import time
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from ..kubelet.topology import Topology
@@ -87,20 +88,26 @@ def _candidates(pool: _Pool, own: FrozenSet[int], whole_only: bool) -> List[Froz
 
 
 def greedy_moves(topo: Topology, free: FrozenSet[int], holdings: Sequence[FrozenSet[int]], whole_only: bool,
-                 max_moves: Optional[int] = None) -> List[Tuple[int, FrozenSet[int]]]:
-    """The greedy moves (unit index, its new CPUs) in order, from the exclusive pool ``free``."""
+                 max_moves: Optional[int] = None, *, deadline: Optional[float] = None) \
+        -> List[Tuple[int, FrozenSet[int]]]:
+    """The greedy moves (unit index, its new CPUs) in order, from the exclusive pool ``free``. Under ``whole_only``
+    (``full-pcpus-only``) a unit that does not hold whole cores never moves. At ``deadline`` (``time.monotonic``) it
+    stops with the moves found so far: each improves on the one before, so any prefix is a valid plan."""
     pool = _Pool(topo, free)
     units = list(holdings)
-    moved: Set[int] = set()
+    threads = topo.cpus_per_core
+    moved: Set[int] = {index for index, own in enumerate(units) if whole_only and len(own) % threads}
     moves: List[Tuple[int, FrozenSet[int]]] = []
     current = pool.score()
     while max_moves is None or len(moves) < max_moves:
         best: Optional[Tuple[Score, int, int, FrozenSet[int]]] = None
         for index, own in enumerate(units):
+            if deadline is not None and time.monotonic() > deadline:
+                return moves
             if index in moved:
                 continue
             pool.release(own)
-            for place in _candidates(pool, own, whole_only and len(own) % topo.cpus_per_core == 0):
+            for place in _candidates(pool, own, whole_only):
                 pool.take(place)
                 score = pool.score()
                 pool.release(place)

@@ -149,8 +149,8 @@ class CgroupFS:
         where there is none."""
         return self._read("cpu", path, "cpu.idle") if self.v2 else None
 
-    def set_idle(self, path: str) -> None:
-        self._write(self.directory("cpu", path), "cpu.idle", "1")
+    def set_idle(self, path: str, value: int = 1) -> None:
+        self._write(self.directory("cpu", path), "cpu.idle", str(value))
 
     def burst(self, path: str) -> Optional[int]:
         """``cpu.max.burst`` in µs (cgroup v2, kernel 5.14 or newer); None where there is none."""

@@ -5,21 +5,25 @@ interrupt N may be delivered to (root may write it), ``effective_affinity_list``
 follows a write once the interrupt fires again), and ``/proc/irq/default_smp_affinity``, the mask new interrupts start
 with (hex words of 32 bits, comma-separated, the highest first).
 
-Managed interrupts (the vectors the kernel spreads over a multi-queue device itself) refuse a new affinity with EIO:
-``set_affinity`` says so with False, and the caller counts them; they are not errors.
+The kernel refuses a write for one interrupt for reasons of its own: EIO for a managed interrupt (the vectors it
+spreads over a multi-queue device itself), ENOSPC when the target CPUs' vector space is full, EBUSY while an earlier
+move is still pending, EINVAL when a target CPU went offline. ``set_affinity`` says so with False and keeps the
+reason (``refusals``); the caller counts them and goes on with the next interrupt: they are not errors. Only a
+procfs kubecpu cannot write at all (no permission, read-only) is a ``HousekeepingError``.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from ..errors import CPUSetError, HousekeepingError
 from ..kubelet.cpuset import CPUSet
 
 PROC_IRQ = "/proc/irq"
-MAX_IRQ_FILE_BYTES = 4096  # a CPU list or mask: 1,024 CPUs as a mask is 287 bytes
+MAX_IRQ_FILE_BYTES = 64 * 1024  # a CPU list or mask: 8,192 CPUs, every other one listed, is about 40 KiB
+MAX_ACTIONS = 64  # handler names per interrupt (a shared line has a few)
 DEFAULT_AFFINITY = "default_smp_affinity"
 
 
@@ -53,6 +57,23 @@ class IrqFS:
 
     def __init__(self, root: str = PROC_IRQ) -> None:
         self.root = root
+        self.refusals: Dict[str, str] = {}  # interrupt (or "default") -> why the kernel refused the last write
+
+    def actions(self, irq: int) -> Optional[str]:
+        """Who the interrupt belongs to: the names of its handlers (``/proc/irq/N/<name>/`` directories, the device
+        actions), sorted and comma-separated; None when it is gone. A number given to another device names other
+        actions."""
+        try:
+            names = sorted(entry.name for entry in os.scandir(os.path.join(self.root, str(irq)))
+                           if entry.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return ""
+        return ",".join(names[:MAX_ACTIONS])
+
+    def exists(self, irq: int) -> bool:
+        return os.path.isdir(os.path.join(self.root, str(irq)))
 
     def irqs(self) -> List[int]:
         """The interrupts procfs lists, ascending; none when it cannot be read."""
@@ -111,18 +132,26 @@ class IrqFS:
 
     def _write(self, name: str, text: str) -> bool:
         path = os.path.join(self.root, name)
+        key = name.split("/", 1)[0] if "/" in name else "default"
+        self.refusals.pop(key, None)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0))  # as a shell's ">" opens it
         except FileNotFoundError:
+            self.refusals[key] = "gone"
             return False
         except OSError as exc:
-            raise HousekeepingError("cannot write %s: %s" % (path, exc.strerror)) from None
+            if exc.errno in _SYSTEMIC:
+                raise HousekeepingError("cannot write %s: %s" % (path, exc.strerror)) from None
+            self.refusals[key] = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+            return False
         try:
             os.write(fd, text.encode("ascii"))
-        except OSError as exc:
-            if exc.errno in (errno.EIO, errno.ENOENT):
-                return False
-            raise HousekeepingError("cannot set %s to %s: %s" % (path, text, exc.strerror)) from None
+        except OSError as exc:  # this interrupt's refusal (EIO, ENOSPC, EBUSY, EINVAL, ...), never the pass's end
+            self.refusals[key] = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+            return False
         finally:
             os.close(fd)
         return True
+
+
+_SYSTEMIC = (errno.EACCES, errno.EPERM, errno.EROFS)  # kubecpu cannot write procfs at all

@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, TextIO, Tuple
 from ..errors import (ContainerNotFoundError, HousekeepingError, KubecpuError, KubeletPinsError, MessageError,
                       StateError, StoreError)
 from ..kubelet.cpuset import CPUSet
+from ..node.housekeeping import kept_off
 from ..node.manager import NodeManager
 from ..node.metrics import Metrics
 from ..runtime.model import EXITED, RUNNING, ContainerInfo, ListedContainer, RuntimeBase
@@ -203,8 +204,9 @@ class NRIPlugin:
         irq = self.manager.irq
         if irq is not None and irq.pending is not None:
             try:
-                with self.manager.store.locked():
-                    report = irq.flush() or {}
+                with self.manager.store.locked():  # around what the state gives now: a pass since may have changed it
+                    report = irq.flush(kept_off(self.manager.options.irq_isolation, self.manager.read_state(),
+                                                self.manager.irq_pods)) or {}
                 self.metrics.observe_housekeeping(report)
                 if report.get("updated"):
                     self._say("info", "interrupts kept off %s" % report["kept_off"],

@@ -3,7 +3,9 @@ shaped directory; irqbalance told once per change."""
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import HousekeepingError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.housekeeping import RESCAN_SECONDS, IrqIsolation
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.housekeeping import irq_isolation
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.housekeeping import isolate_in_pass, kept_off
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.plan import Plan
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
@@ -39,7 +42,7 @@ class Clock:
 
 def isolation(tmp_path, irqs, managed=(), default="ff", balance=None):
     root = proc_irq(tmp_path / "irq", irqs, default)
-    balance = balance or IrqBalance(str(tmp_path / "run"), str(tmp_path / "env"))
+    balance = balance or IrqBalance(str(tmp_path / "run"), str(tmp_path / "env"), cpu_dir=str(tmp_path / "cpu"))
     clock = Clock()
     return IrqIsolation(ONLINE, str(tmp_path / "state.irq.json"), ManagedIrqFS(root, managed), balance,
                         clock=clock), root, clock
@@ -263,3 +266,169 @@ def test_which_cpus_interrupts_keep_off(mode, pods, kept):
     state.pod_entries["b"] = CPUSet.parse("7")
     got = kept_off(mode, state, pods)
     assert (None if got is None else str(got)) == kept
+
+
+# --- the bad day (issue 34): refusals, newer settings, devices that come and go, irqbalance restarted, off, read-only
+
+
+class RefusingIrqFS(IrqFS):
+    """The kernel's refusals for one interrupt each, as ``os.write`` raises them on procfs."""
+
+    def __init__(self, root, refusals):
+        super().__init__(root)
+        self.refuse = dict(refusals)  # irq -> errno
+
+    def set_affinity_text(self, irq, text):
+        if irq not in self.refuse:
+            return super().set_affinity_text(irq, text)
+        had, real = affinity(self.root, irq), os.write
+
+        def write(fd, data):
+            raise OSError(self.refuse[irq], os.strerror(self.refuse[irq]))
+
+        os.write = write
+        try:
+            return super().set_affinity_text(irq, text)
+        finally:
+            os.write = real
+            with open(os.path.join(self.root, str(irq), "smp_affinity_list"), "w", encoding="ascii") as handle:
+                handle.write(had + "\n")  # procfs ignores O_TRUNC: the affinity is as it was
+
+
+def test_a_refused_interrupt_is_counted_with_its_reason_and_the_pass_goes_on(tmp_path):
+    """ENOSPC (its vector space full), EBUSY (a move pending), EINVAL: that interrupt's refusal; every other one, the
+    default affinity and irqbalance are still done, and the next pass tries again."""
+    root = proc_irq(tmp_path / "irq", {24: "0-7", 25: "0-7", 26: "0-7", 27: "0-7"})
+    refusing = RefusingIrqFS(root, {24: errno.ENOSPC, 25: errno.EBUSY, 26: errno.EINVAL})
+    isolate = IrqIsolation(ONLINE, str(tmp_path / "state.irq.json"), refusing, IrqBalance(str(tmp_path / "run")))
+    report = isolate.apply(CPUSet.parse("4-7"))
+    assert report["refused"] == [24, 25, 26] and report["refusals"] == {"24": "ENOSPC", "25": "EBUSY", "26": "EINVAL"}
+    assert affinity(root, 27) == "0-3" and default_mask(root) == "f"
+    refusing.refuse = {}
+    isolate.scanned = None  # the next rescan
+    assert isolate.apply(CPUSet.parse("4-7"))["refused"] == []
+    assert [affinity(root, irq) for irq in (24, 25, 26, 27)] == ["0-3"] * 4
+    isolate.apply(CPUSet())
+    assert [affinity(root, irq) for irq in (24, 25, 26, 27)] == ["0-7"] * 4
+
+
+def test_a_cpu_taken_offline_is_never_a_target(tmp_path):
+    root = proc_irq(tmp_path / "irq", {24: "0-7", 25: "6"})
+    online = tmp_path / "online"
+    online.write_text("0-5\n")  # 6 and 7 went offline after the agent started
+    isolate = IrqIsolation(ONLINE, str(tmp_path / "state.irq.json"), IrqFS(root), IrqBalance(str(tmp_path / "run")),
+                           online_file=str(online))
+    isolate.apply(CPUSet.parse("2"))
+    assert affinity(root, 24) == "0-1,3-5"
+
+
+def test_a_newer_setting_is_never_overwritten_by_an_old_original(tmp_path):
+    """The operator (or a driver) sets an interrupt while kubecpu holds CPUs: it is theirs from then on. Neither a
+    release nor a change of the held set writes kubecpu's recorded original over it."""
+    isolate, root, _clock = isolation(tmp_path, {24: "0-7", 25: "0-7"})
+    isolate.apply(CPUSet.parse("4-7"))
+    assert affinity(root, 24) == affinity(root, 25) == "0-3"
+    proc_irq(root, {24: "2", 25: "1-2"})  # the operator's own settings
+    isolate.apply(CPUSet.parse("6-7"))  # the held set changes
+    assert (affinity(root, 24), affinity(root, 25)) == ("2", "1-2")
+    isolate.apply(CPUSet())  # everything released
+    assert (affinity(root, 24), affinity(root, 25)) == ("2", "1-2")
+    assert not os.path.exists(tmp_path / "state.irq.json")  # nothing left to give back
+
+
+def test_a_record_follows_its_interrupt_not_its_number(tmp_path):
+    """A device removed, and its number given to another: the old original is not applied to the new device. An
+    interrupt born while the default affinity was narrowed gets the default's original back on release."""
+    root = proc_irq(tmp_path / "irq", {24: "0-7", 25: "0-7"})
+    os.makedirs(os.path.join(root, "24", "eth0-TxRx-0"))
+    isolate = IrqIsolation(ONLINE, str(tmp_path / "state.irq.json"), IrqFS(root), IrqBalance(str(tmp_path / "run")))
+    isolate.apply(CPUSet.parse("4-7"))
+    shutil.rmtree(os.path.join(root, "24"))
+    proc_irq(root, {24: "2-3", 30: "0-3"}, default="f")  # 24: another device, set by its driver; 30: born narrowed
+    os.makedirs(os.path.join(root, "24", "nvme0q1"))
+    isolate.apply(CPUSet.parse("4-7"), apply=True)  # the next pass (the set unchanged, the rescan due)
+    isolate.scanned = None
+    isolate.apply(CPUSet.parse("4-7"))
+    isolate.apply(CPUSet())
+    after = (affinity(root, 24), affinity(root, 30), affinity(root, 25), default_mask(root))
+    assert after == ("2-3", "0-7", "0-7", "ff")
+
+
+def test_an_unreadable_affinity_keeps_its_record(tmp_path, monkeypatch):
+    """An affinity that cannot be read for a moment is not a removed interrupt: its original stays."""
+    isolate, root, _clock = isolation(tmp_path, {24: "0-7"})
+    isolate.apply(CPUSet.parse("4-7"))
+    real = IrqFS.affinity_text
+    monkeypatch.setattr(IrqFS, "affinity_text", lambda self, irq: None if irq == 24 else real(self, irq))
+    isolate.scanned = None
+    isolate.apply(CPUSet.parse("4-7"))
+    monkeypatch.setattr(IrqFS, "affinity_text", real)
+    isolate.apply(CPUSet())
+    assert affinity(root, 24) == "0-7"
+
+
+def pids():
+    """Two live processes' IDs, the smaller first (two daemons' sockets need live PIDs)."""
+    return sorted((os.getpid(), os.getppid()))
+
+
+def test_a_restarted_irqbalance_is_told_again_with_its_own_bans(tmp_path):
+    """A new daemon (another PID) is told even though the set did not change; what it is told includes the CPUs it
+    bans by itself (the kernel's isolated and nohz_full ones), and a release hands it those, not NULL."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "isolated").write_text("1\n")
+    (tmp_path / "cpu" / "nohz_full").write_text("(null)\n")
+    first, second = pids()
+    daemon = FakeIrqBalance(tmp_path / "run", pid=first)
+    isolate, _root, _clock = isolation(tmp_path, {24: "0-7"})
+    asked = IrqBalance(str(tmp_path / "run"))
+    try:
+        isolate.apply(CPUSet.parse("4-7"))
+        isolate.apply(CPUSet.parse("4-7"))
+        asked.banned(daemon.path)  # its answer comes after what it was told before
+        assert daemon.commands == ["settings cpus 1,4,5,6,7", "setup"]  # once per change
+    finally:
+        daemon.close()
+    restarted = FakeIrqBalance(tmp_path / "run", pid=second)
+    try:
+        report = isolate.apply(CPUSet.parse("4-7"))
+        isolate.apply(CPUSet())
+        asked.banned(restarted.path)
+        assert report["irqbalance"] == "pid %d" % second
+        assert restarted.commands == ["settings cpus 1,4,5,6,7", "settings cpus 1", "setup"]
+    finally:
+        restarted.close()
+
+
+def test_isolation_turned_off_gives_everything_back(tmp_path):
+    """``irq_isolation: off`` after a mode that moved interrupts: the next pass gives back what was moved, tells
+    irqbalance, and removes the record; with no record, off does nothing at all."""
+    root = proc_irq(tmp_path / "machine" / "proc" / "irq", {24: "0-7"})
+    state = str(tmp_path / "state")
+    on = irq_isolation("exclusive", ONLINE, state, str(tmp_path / "machine"))
+    on.apply(CPUSet.parse("4-7"))
+    assert affinity(root, 24) == "0-3" and os.path.exists(state + ".irq.json")
+    off = irq_isolation("off", ONLINE, state, str(tmp_path / "machine"))
+    plan = Plan(CPUState("static", ONLINE))
+    isolate_in_pass(off, plan, kept_off("off", CPUState("static", ONLINE), None), True)
+    assert affinity(root, 24) == "0-7" and default_mask(root) == "ff" and not os.path.exists(state + ".irq.json")
+    assert irq_isolation("off", ONLINE, state, str(tmp_path / "machine")) is None
+
+
+def test_a_read_only_state_moves_nothing_it_could_not_give_back(tmp_path):
+    root = proc_irq(tmp_path / "irq", {24: "0-7"})
+    isolate = IrqIsolation(ONLINE, None, IrqFS(root), IrqBalance(str(tmp_path / "run")))
+    report = isolate.apply(CPUSet.parse("4-7"))
+    assert affinity(root, 24) == "0-7" and default_mask(root) == "ff"
+    assert report["updated"] and "nothing is moved" in report["not_applied"]
+
+
+def test_a_deferred_step_goes_around_what_the_state_gives_when_it_runs(tmp_path):
+    """The NRI plugin's step after its reply: the set the state gives under the lock then, not the one its pass saw."""
+    isolate, root, _clock = isolation(tmp_path, {24: "0-7"})
+    isolate.deferred = True
+    assert isolate.apply(CPUSet.parse("4-7"))["deferred"]
+    assert affinity(root, 24) == "0-7"  # nothing before the reply
+    isolate.flush(CPUSet.parse("6-7"))  # another pass released 4-5 in between
+    assert affinity(root, 24) == "0-5"

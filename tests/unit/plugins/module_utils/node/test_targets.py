@@ -136,7 +136,10 @@ def test_a_defragmentation_pushes_its_moves_in_their_order_through_free_cpus_fir
     assert (runtime.read(first), runtime.read(second)) == ("2", "1")
 
 
-def test_besteffort_idle_from_the_qos_cgroup_down_where_the_kernel_has_cpu_idle(tmp_path):
+def test_besteffort_idle_on_the_pod_cgroup_only_where_the_kernel_has_cpu_idle(tmp_path):
+    """The pod's cgroup gets cpu.idle = 1; the QoS cgroup and the container stay 0 (the kernel refuses a cgroup's
+    cpu.weight while it is idle: the kubelet rewrites the QoS cgroup's, the runtime a container's), and a 1 an earlier
+    version left there goes back to 0. Turned off, the pod's goes back to 0 too. cgroup v1: nothing."""
     runtime = FakeRuntime(str(tmp_path / "v1"), "0-7", "0-1")
     idle, other = runtime.add("uid-e", "app", "BestEffort"), runtime.add("uid-b", "app", "Burstable", 250)
     pairs = [(runtime.listed[c], runtime.infos[c]) for c in (idle, other)]
@@ -145,27 +148,33 @@ def test_besteffort_idle_from_the_qos_cgroup_down_where_the_kernel_has_cpu_idle(
     v2 = tmp_path / "v2"
     v2.mkdir()
     (v2 / "cgroup.controllers").write_text("cpuset cpu\n")
-    for path in (qos, info.pod_cgroup_path, info.cgroup_path, runtime.infos[other].cgroup_path):
+    levels = (qos, info.pod_cgroup_path, info.cgroup_path, runtime.infos[other].cgroup_path)
+    for path, value in zip(levels, ("1", "0", "1", "0")):  # QoS and container: what an earlier version wrote
         (v2 / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
-        (v2 / path.lstrip("/") / "cpu.idle").write_text("0\n")
+        (v2 / path.lstrip("/") / "cpu.idle").write_text(value + "\n")
+
+    def read():
+        return [(v2 / path.lstrip("/") / "cpu.idle").read_text().strip() for path in levels]
+
     state = CPUState("static", CPUSet.parse("0-7"))
     targets = CgroupTargets(TOPO, CgroupFS(str(v2)), ManagerOptions(besteffort_idle=True))
     plan = Plan(state)
     targets.plan(plan, state, pairs)
-    assert [(a.cgroup, a.container) for a in plan.actions if a.action == "idle"] == [
-        (qos, ""), (info.pod_cgroup_path, ""), (info.cgroup_path, "app")]
+    assert [(a.cgroup, a.container, a.quota) for a in plan.actions if a.action == "idle"] == [
+        (qos, "", 0), (info.pod_cgroup_path, "", 1), (info.cgroup_path, "app", 0)]
     targets.apply(plan, runtime)
-    read = {path: (v2 / path.lstrip("/") / "cpu.idle").read_text().strip()
-            for path in (qos, info.pod_cgroup_path, info.cgroup_path, runtime.infos[other].cgroup_path)}
-    assert list(read.values()) == ["1", "1", "1", "0"]  # the Burstable container is left alone
+    assert read() == ["0", "1", "0", "0"]  # the Burstable container is left alone
     again = Plan(state)
     targets.plan(again, state, pairs)
     assert [a for a in again.actions if a.action == "idle"] == [] and "idle" not in again.to_dict()["counts"]
-    for options, root in ((ManagerOptions(), str(v2)), (ManagerOptions(besteffort_idle=True), str(tmp_path / "v1"))):
-        (v2 / info.cgroup_path.lstrip("/") / "cpu.idle").write_text("0\n")
-        off = Plan(state)  # the option off; cgroup v1, where there is no cpu.idle
-        CgroupTargets(TOPO, CgroupFS(root), options).plan(off, state, pairs)
-        assert [a for a in off.actions if a.action == "idle"] == []
+    off = CgroupTargets(TOPO, CgroupFS(str(v2)), ManagerOptions())
+    given_back = Plan(state)
+    off.plan(given_back, state, pairs)
+    off.apply(given_back, runtime)
+    assert read() == ["0", "0", "0", "0"]
+    v1 = Plan(state)
+    CgroupTargets(TOPO, CgroupFS(str(tmp_path / "v1")), ManagerOptions(besteffort_idle=True)).plan(v1, state, pairs)
+    assert [a for a in v1.actions if a.action == "idle"] == []
 
 
 def v2_tree(tmp_path, runtime, files):
@@ -207,3 +216,18 @@ def test_cpu_burst_from_the_pods_annotation_bounded_by_its_quota(tmp_path, annot
     again = Plan(state)
     targets.plan(again, state, pairs)
     assert [a for a in again.actions if a.action == "burst"] == []
+
+
+def test_a_coming_lower_limit_lowers_the_burst_first(tmp_path):
+    """The kernel refuses a cpu.max below the burst (seen on the guest's 6.1): when the quota the runtime is about
+    to apply is lower (the NRI plugin's UpdateContainer carries it), the burst comes down to it before."""
+    runtime = FakeRuntime(str(tmp_path / "v1"), "0-7", "0-1")
+    cid = runtime.add("uid-b", "app", "Burstable", 500)
+    runtime.infos[cid] = runtime.infos[cid]._replace(annotations={"cpu-burst.kubecpu.io": "40ms"}, cpu_quota=20000)
+    root = v2_tree(tmp_path, runtime, {cid: {"cpu.max": "50000 100000", "cpu.max.burst": "40000"}})
+    state = CPUState("static", CPUSet.parse("0-7"))
+    targets = CgroupTargets(TOPO, CgroupFS(str(root)), ManagerOptions(cpu_burst=True))
+    plan = Plan(state)
+    targets.plan(plan, state, [(runtime.listed[cid], runtime.infos[cid])])
+    targets.apply(plan, runtime)
+    assert (root / runtime.infos[cid].cgroup_path.lstrip("/") / "cpu.max.burst").read_text().strip() == "20000"

@@ -10,18 +10,20 @@ import itertools
 import random
 
 import pytest
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError, PolicyError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError, PolicyError, StateError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.options import parse_options
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.manager import NodeManager
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations import defrag
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.defrag import (defrag_config,
                                                                                             defrag_node, headroom,
                                                                                             plan_defrag, plan_greedy)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroups import CgroupFS
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.container_cache import ContainerCache
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.model import CREATED
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_runtime import FakeRuntime
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
 from hypothesis import given, settings
@@ -291,3 +293,66 @@ def test_pod_level_cpus_stay_where_they_are_and_count_as_taken():
     found = plan_defrag(TWO_NUMA, NO_OPTIONS, before, CPUSet.parse("0,4"))
     assert [m.pod_uid for m in found.moves] in ([], ["a"]) and found.state.pod_entries == before.pod_entries
     assert found.state.get("b", "db") == CPUSet.parse("6")
+
+
+def test_the_search_runs_outside_the_lock_and_its_moves_are_taken_only_on_the_state_it_saw(tmp_path, monkeypatch):
+    """(Defragmentation 5.) The OCI hook and the NRI plugin never wait for a search: it runs on a copy of the state
+    with the lock free. A container that comes meanwhile (here: the hook allocates during the first search) makes
+    the moves of that search void; the next search sees it."""
+    manager, runtime = _node(tmp_path)
+    runtime.add("a", "app", "Guaranteed", 1000)
+    runtime.add("b", "db", "Guaranteed", 1000)
+    manager.reconcile()
+    fragmented = state("0,2-5,7", a_app="1", b_db="6")
+    manager.store.save(fragmented)
+    manager.push(fragmented)
+    real, searched = defrag.plan_defrag, []
+
+    def search(topo, options, seen, reserved, max_moves=None, *, budget):
+        with StateStore(manager.store.path, lock_timeout=0.1).locked():  # free: nobody holds it during a search
+            if not searched:
+                late = seen.copy()
+                late.set("h", "app", CPUSet.parse("3"))
+                late.default = late.default.difference(CPUSet.parse("3"))
+                manager.store.save(late)  # the hook allocated meanwhile
+        searched.append(seen)
+        return real(topo, options, seen, reserved, max_moves, budget=budget)
+
+    monkeypatch.setattr(defrag, "plan_defrag", search)
+    done = defrag_node(manager)
+    assert len(searched) == 2 and "h" not in searched[0].entries and "h" in searched[1].entries
+    assert manager.read_state().get("h", "app") == CPUSet.parse("3")  # the hook's entry stands
+    assert done.result["moves"]
+
+
+def test_a_state_that_keeps_changing_under_the_search_moves_nothing_and_says_so(tmp_path, monkeypatch):
+    manager, runtime = _node(tmp_path)
+    runtime.add("a", "app", "Guaranteed", 1000)
+    manager.reconcile()
+    real = manager.read_state
+
+    def changing():
+        seen = real()
+        moved = seen.copy()
+        moved.default = moved.default.difference(CPUSet.parse("7"))
+        moved.set("x%d" % len(moved.entries), "app", CPUSet.parse("7"))
+        return moved  # what the search sees is never what the lock finds
+
+    monkeypatch.setattr(manager, "read_state", changing)
+    before = open(manager.store.path, "rb").read()
+    with pytest.raises(StateError, match="changed during each of 3 searches"):
+        defrag_node(manager)
+    assert open(manager.store.path, "rb").read() == before
+
+
+def test_a_created_container_not_started_yet_moves_with_its_entry(tmp_path):
+    """(Defragmentation 4.) Its entry moves, so its cpuset does: else it would start on CPUs another now holds."""
+    manager, runtime = _node(tmp_path)
+    runtime.add("a", "app", "Guaranteed", 1000)
+    b = runtime.add("b", "db", "Guaranteed", 1000, state=CREATED)
+    fragmented = state("0,2-5,7", a_app="1", b_db="6")
+    manager.store.save(fragmented)
+    manager.push(fragmented)
+    runtime.write("cpuset", runtime.infos[b].cgroup_path, "cpuset.cpus", "6")
+    defrag_node(manager)
+    assert manager.read_state().get("b", "db") == CPUSet.parse("5") and runtime.read(b) == "5"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
@@ -52,9 +53,45 @@ def test_what_cannot_be_read_is_none_and_a_gone_interrupt_is_not_an_error(tmp_pa
     assert IrqFS(str(tmp_path / "none")).irqs() == []
 
 
-def test_a_write_the_kernel_refuses_for_another_reason_names_the_file(tmp_path):
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC, errno.EBUSY, errno.EINVAL, errno.ERANGE])
+def test_a_write_the_kernel_refuses_is_that_interrupts_refusal_with_its_reason(tmp_path, monkeypatch, code):
+    """Managed (EIO), no vector space (ENOSPC), a move pending (EBUSY), a CPU gone offline (EINVAL): False and the
+    reason, never an exception that would end the pass."""
     root = proc_irq(tmp_path / "irq", {5: "0"})
-    os.remove(os.path.join(root, "5", "smp_affinity_list"))
-    os.mkdir(os.path.join(root, "5", "smp_affinity_list"))  # EISDIR: neither a refusal (EIO) nor a gone interrupt
-    with pytest.raises(HousekeepingError, match=r"cannot write .*5/smp_affinity_list"):
+    irqs = IrqFS(root)
+
+    def refused(fd, data):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "write", refused)
+    assert irqs.set_affinity(5, CPUSet.parse("1")) is False and irqs.refusals == {"5": errno.errorcode[code]}
+    assert irqs.set_default_affinity(CPUSet.parse("1")) is False and irqs.refusals["default"] == errno.errorcode[code]
+    monkeypatch.undo()
+    assert irqs.set_affinity(5, CPUSet.parse("1")) is True and "5" not in irqs.refusals
+
+
+def test_a_procfs_kubecpu_cannot_write_at_all_names_the_file(tmp_path, monkeypatch):
+    root = proc_irq(tmp_path / "irq", {5: "0"})
+
+    def denied(path, flags, mode=0o777):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(os, "open", denied)
+    with pytest.raises(HousekeepingError, match=r"cannot write .*5/smp_affinity_list: Permission denied"):
         IrqFS(root).set_affinity(5, CPUSet.parse("1"))
+
+
+def test_an_interrupt_names_its_handlers(tmp_path):
+    root = proc_irq(tmp_path / "irq", {5: "0", 6: "0"})
+    os.makedirs(os.path.join(root, "5", "nvme0q1"))
+    os.makedirs(os.path.join(root, "5", "eth0"))
+    irqs = IrqFS(root)
+    assert (irqs.actions(5), irqs.actions(6), irqs.actions(7)) == ("eth0,nvme0q1", "", None)
+    assert irqs.exists(5) and not irqs.exists(7)
+
+
+def test_a_long_cpu_list_is_read_whole(tmp_path):
+    """8,192 CPUs, every other one: about 40 KiB (4 KiB was read as missing, and its original dropped)."""
+    text = ",".join(str(cpu) for cpu in range(0, 8192, 2))
+    root = proc_irq(tmp_path / "irq", {5: text})
+    assert len(text) > 4096 and IrqFS(root).affinity(5) == CPUSet(range(0, 8192, 2))
