@@ -24,6 +24,9 @@ description:
   - The search runs on a copy of the state with the node's lock free (the OCI hook and the NRI plugin never wait for
     it); under the lock the moves are taken only while the state is still that copy, else it searches again (three
     times, then it fails and moves nothing).
+  - The moves are made one after the other, the shared containers first shrinking to the CPUs no move takes or
+    passes through and growing back once the moves are done. A move the runtime refuses stops the moves after it
+    (they may need its CPUs); the module then fails, and the state says where each container is, as its cgroup does.
   - On the kubelet's own checkpoint (read-only) it only plans and returns RV(rewritten_state), the checkpoint after
     the moves, to write with M(kubecpu.cpu_manager.cpu_manager_checkpoint) (action V(write) with push) while the
     kubelet is stopped.
@@ -132,6 +135,9 @@ def defrag(module: AnsibleModule) -> dict:
               "actions": doc["actions"], "errors": doc["errors"], "rewritten_state": rewritten}
     if module._diff:
         result["diff"] = {"before": doc["state_before"], "after": doc["state_after"]}
+    stopped = [e for e in doc["errors"] if e.get("kind") in ("move", "update")]
+    if stopped:  # the moves after a refused one were not made: the state says where each container is
+        result.update(failed=True, msg="defragmentation stopped: %s" % "; ".join(e["error"] for e in stopped))
     return result
 
 

@@ -181,6 +181,8 @@ class NodeManager:
             self._commit(plan, state, apply)
             if apply and push:
                 self.cgroup_targets.apply(plan, runtime)
+                if plan.recommit:  # moves stopped at a failed one: the state says where each container is
+                    self.store.save(plan.after)
             self.cache.save()
         plan.runtime_calls = {k: v - calls.get(k, 0) for k, v in runtime.calls.items() if v - calls.get(k, 0)}
         plan.seconds = time.monotonic() - started

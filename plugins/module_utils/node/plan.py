@@ -43,6 +43,7 @@ class Plan:
         self.counts: Dict[str, int] = {}
         # containers outside a scoped pass's pods that follow the shared pool to its new value (CgroupTargets.plan)
         self.followers: List[str] = []
+        self.recommit = False  # apply() changed ``after`` (a defragmentation stopped at a failed move): save it again
         self.runtime_calls: Dict[str, int] = {}
         self.seconds = 0.0
         self.result: Dict[str, Any] = {}

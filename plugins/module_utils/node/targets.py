@@ -6,7 +6,7 @@ should have, compared with what cgroupfs shows, and the updates carried out in a
 from __future__ import annotations
 
 import os
-from typing import AbstractSet, Dict, FrozenSet, List, Optional, Sequence, Set
+from typing import AbstractSet, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from ..errors import ContainerNotFoundError, ContainerRuntimeError, StoreError
 from ..kubelet.cpuset import CPUSet
@@ -126,41 +126,71 @@ class CgroupTargets:
                                       if scope is None or uid in scope}, self.cgroups)
 
     def apply(self, plan: Plan, runtime: Runtime) -> None:
-        """Shrink first (shared containers leaving CPUs that became exclusive), pin last; pod quotas first."""
+        """Shrink first (shared containers leaving CPUs that became exclusive), pin last; pod quotas first.
+
+        A defragmentation's moves (``move`` actions) go in their order, each only once the moves before it are done:
+        the shared containers first shrink to the CPUs shared both before and after (without the CPUs a swap passes
+        through), then each move, then the shared containers grow to the pool after. A move the runtime refuses stops
+        the ones after it: ``plan.after`` becomes the state the applied moves left (``plan.recommit``: the caller
+        saves it), the pool grows to what that state leaves, and the error is the plan's (kind ``move``)."""
         order = {"quota": 0, "idle": 0, "burst": 0, "update": 1}
         updates = _in_move_order(plan, sorted((a for a in plan.actions if a.action in order), key=lambda a: (
             order[a.action], a.quota is None or a.quota >= 0, a.reason.startswith("exclusive"))))
+        moving = {(a.pod_uid, a.container) for a in plan.actions if a.action == "move"}
+        grow: List[Action] = []
+        if moving:
+            updates, grow = _shrink_first(plan, updates, moving)
         failed: List[Action] = []
+        done_moves: List[Action] = []
+        stopped = False
         for action in updates:
-            try:
-                if action.action == "quota":
-                    self.cgroups.set_quota(action.cgroup, action.quota or -1, action.period or 100000)
-                    continue
-                if action.action == "idle":
-                    self.cgroups.set_idle(action.cgroup, action.quota or 0)
-                    continue
-                if action.action == "burst":
-                    self.cgroups.set_burst(action.cgroup, action.quota or 0)
-                    continue
-                cpus = CPUSet.parse(action.cpus)
-                runtime.update(action.container_id, cpuset_cpus=cpus,
-                               cpuset_mems=None if action.mems is None else CPUSet.parse(action.mems),
-                               cpu_quota=action.quota, cpu_period=action.period)
-                self.pushed[action.container_id] = cpus
-            except ContainerNotFoundError:
-                failed.append(action)
-                plan.skipped.append({"container_id": action.container_id, "pod": action.pod,
-                                     "container": action.container, "reason": "removed before its update"})
-            except (ContainerRuntimeError, StoreError) as exc:
-                failed.append(action)
-                plan.errors.append({"container_id": action.container_id, "pod": action.pod,
-                                    "container": action.container, "error": str(exc), "kind": "update"})
+            if stopped and (action.pod_uid, action.container) in moving:
+                failed.append(action)  # after a failed move: not applied (its CPUs may not be free)
+                continue
+            if not self._push(plan, runtime, action, failed):
+                stopped = stopped or (action.pod_uid, action.container) in moving
+            elif (action.pod_uid, action.container) in moving:
+                done_moves.append(action)
+        if stopped:
+            plan.after = _moved_so_far(plan, done_moves, self.topology.all_cpus)
+            plan.recommit = True
+            plan.errors.append({"error": "a move failed: the moves after it were not made; the state says where "
+                                         "each container is", "kind": "move"})
+            grow = [a._replace(cpus=str(plan.after.default)) for a in grow]
+        for action in grow:
+            self._push(plan, runtime, action, failed)
         plan.actions = [a for a in plan.actions if a not in failed]
         self._follow(plan, runtime)
         if self.hooked:  # the runtime knows now, or the container is gone
             done = {a.container_id for a in plan.actions if a.action == "update"} | set(plan.followers)
             self.marks.clear(self.hooked & done | self.hooked - self.present)
         plan.applied = True
+
+    def _push(self, plan: Plan, runtime: Runtime, action: Action, failed: List[Action]) -> bool:
+        """One action; False (recorded in ``failed`` and the plan) when it could not be done."""
+        try:
+            if action.action == "quota":
+                self.cgroups.set_quota(action.cgroup, action.quota or -1, action.period or 100000)
+            elif action.action == "idle":
+                self.cgroups.set_idle(action.cgroup, action.quota or 0)
+            elif action.action == "burst":
+                self.cgroups.set_burst(action.cgroup, action.quota or 0)
+            else:
+                cpus = CPUSet.parse(action.cpus)
+                runtime.update(action.container_id, cpuset_cpus=cpus,
+                               cpuset_mems=None if action.mems is None else CPUSet.parse(action.mems),
+                               cpu_quota=action.quota, cpu_period=action.period)
+                self.pushed[action.container_id] = cpus
+            return True
+        except ContainerNotFoundError:
+            failed.append(action)
+            plan.skipped.append({"container_id": action.container_id, "pod": action.pod,
+                                 "container": action.container, "reason": "removed before its update"})
+        except (ContainerRuntimeError, StoreError) as exc:
+            failed.append(action)
+            plan.errors.append({"container_id": action.container_id, "pod": action.pod,
+                                "container": action.container, "error": str(exc), "kind": "update"})
+        return False
 
     def _follow(self, plan: Plan, runtime: Runtime) -> None:
         """The followers to the new shared pool: at once where the runtime takes many (NRI's reply), else one by one."""
@@ -286,3 +316,38 @@ def _in_move_order(plan: Plan, updates: List[Action]) -> List[Action]:
     rest = [a for a in updates if a.action != "update" or (a.pod_uid, a.container) not in pushes]
     at = next((i for i, a in enumerate(rest) if a.action == "update" and a.reason.startswith("exclusive")), len(rest))
     return rest[:at] + ordered + rest[at:]
+
+
+def _shrink_first(plan: Plan, updates: List[Action],
+                  moving: Set[Tuple[str, str]]) -> Tuple[List[Action], List[Action]]:
+    """The shared containers' updates split around the moves: first to the CPUs shared before and after, without
+    those a swap passes through (no shared container on a CPU a moving one still holds or passes through), then,
+    once the moves are done, to the pool after (the second list)."""
+    detours = CPUSet().union(*(CPUSet.parse(a.cpus) for a in updates
+                               if a.action == "update" and a.reason == "passing through"))
+    shrunk = plan.before.default.intersection(plan.after.default).difference(detours)
+    first: List[Action] = []
+    grow: List[Action] = []
+    for action in updates:
+        shared = action.action == "update" and (action.pod_uid, action.container) not in moving \
+            and action.reason.startswith("shared pool")
+        if not shared:
+            first.append(action)
+            continue
+        if shrunk and CPUSet.parse(action.cpus) != shrunk:
+            first.append(action._replace(cpus=str(shrunk), reason="shared pool while containers move"))
+        grow.append(action)
+    shrinks = [a for a in first if a.reason == "shared pool while containers move"]
+    rest = [a for a in first if a.reason != "shared pool while containers move"]
+    at = next((i for i, a in enumerate(rest) if (a.pod_uid, a.container) in moving), len(rest))
+    return rest[:at] + shrinks + rest[at:], grow
+
+
+def _moved_so_far(plan: Plan, done: List[Action], all_cpus: CPUSet) -> CPUState:
+    """The state the applied moves left: each container where its last applied push put it, the others where they
+    were; the shared pool what no entry holds."""
+    after = plan.before.copy()
+    for action in done:
+        after.set(action.pod_uid, action.container, CPUSet.parse(action.cpus))
+    after.default = all_cpus.difference(after.assigned().union(after.pod_assigned()))
+    return after

@@ -132,7 +132,8 @@ def test_a_defragmentation_pushes_its_moves_in_their_order_through_free_cpus_fir
     update = runtime.update
     runtime.update = lambda cid, **kw: pushed.append((cid, str(kw["cpuset_cpus"]))) or update(cid, **kw)
     targets.apply(plan, runtime)
-    assert pushed == [(shared, "0,3-7"), (first, "5"), (second, "1"), (first, "2")]
+    # the shared container leaves the CPU a's detour takes before it does, and gets it back once a has left it
+    assert pushed == [(shared, "0,3-4,6-7"), (first, "5"), (second, "1"), (first, "2"), (shared, "0,3-7")]
     assert (runtime.read(first), runtime.read(second)) == ("2", "1")
 
 

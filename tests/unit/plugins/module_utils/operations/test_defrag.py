@@ -10,7 +10,8 @@ import itertools
 import random
 
 import pytest
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError, PolicyError, StateError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (ConfigError, ContainerRuntimeError,
+                                                                                PolicyError, StateError)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.options import parse_options
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
@@ -356,3 +357,54 @@ def test_a_created_container_not_started_yet_moves_with_its_entry(tmp_path):
     runtime.write("cpuset", runtime.infos[b].cgroup_path, "cpuset.cpus", "6")
     defrag_node(manager)
     assert manager.read_state().get("b", "db") == CPUSet.parse("5") and runtime.read(b) == "5"
+
+
+HELD = {"u0": "4", "u1": "6", "u2": "14,22", "u3": "5", "u4": "16,19", "u5": "2", "u6": "3,21,23",
+        "u7": "8,10,17", "u8": "13,20", "u9": "1,7"}
+
+
+@pytest.mark.parametrize("failing", [None, "u7", "u6"])
+def test_moves_one_after_the_other_and_the_shared_pool_around_them(tmp_path, failing):
+    """(Defragmentation 1 and 2.) The node of the test above, with a shared container. Watched at every push: no CPU
+    is ever pinned to two containers, and the shared container is never on a CPU a container holds or is about to
+    take. The shared pool shrinks first and grows last. A move the runtime refuses (a deadline, a runc error) stops
+    the moves after it: u6 depends on u7 leaving CPU 17. The state then says where each container is, the cgroups
+    agree with it, and the failure is the plan's error (kind move)."""
+    topo = generated(2, 6, 2)
+    runtime = FakeRuntime(str(tmp_path / "cgroup"), "0-23", "0-1")
+    policy = new_policy("static", topo, 2, CPUSet.parse("0,12"))
+    manager = NodeManager(topo, policy, StateStore(str(tmp_path / "state"), "static"), runtime,
+                          cgroups=CgroupFS(str(tmp_path / "cgroup")), cache=ContainerCache())
+    ids = {uid: runtime.add(uid, "app", "Guaranteed", 1000 * len(CPUSet.parse(cpus))) for uid, cpus in HELD.items()}
+    web = runtime.add("web", "app", "Burstable", 500)
+    before = state("0,9,11-12,15,18", **{uid + "_app": cpus for uid, cpus in HELD.items()})
+    manager.store.save(before)
+    manager.push(before)
+    pinned = {ids[uid]: CPUSet.parse(cpus) for uid, cpus in HELD.items()}
+    shared = [CPUSet.parse(runtime.read(web))]
+    update = runtime.update
+
+    def watched(cid, **kw):
+        cpus = kw["cpuset_cpus"]
+        if failing and cid == ids[failing] and cpus != CPUSet.parse(HELD[failing]):
+            raise ContainerRuntimeError("UpdateContainerResources %s: context deadline exceeded" % cid)
+        if cid in pinned:
+            pinned[cid] = cpus
+        else:
+            shared[0] = cpus
+        taken = [cpu for held in pinned.values() for cpu in held]
+        assert len(taken) == len(set(taken)), "a CPU pinned twice after pushing %s to %s" % (cid, cpus)
+        assert not shared[0].intersection(CPUSet(taken)), "the shared container on %s, pinned CPUs %s" % (
+            shared[0], sorted(taken))
+        return update(cid, **kw)
+
+    runtime.update = watched
+    done = defrag_node(manager)
+    after = manager.read_state()
+    assert [e["kind"] for e in done.errors if e["kind"] == "move"] == ([] if failing is None else ["move"])
+    for uid, cid in ids.items():
+        assert runtime.read(cid) == str(after.get(uid, "app")), uid  # the cgroups say what the state says
+    assert runtime.read(web) == str(after.default.difference(CPUSet.parse("0,12")) | CPUSet.parse("0,12"))
+    moved = {uid for uid in HELD if after.get(uid, "app") != CPUSet.parse(HELD[uid])}
+    assert moved == {None: {"u6", "u7"}, "u7": set(), "u6": {"u7"}}[failing]
+    assert after.assigned().isdisjoint(after.default)
