@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, NamedTuple, Optional
 
+from ..kubelet.cpuset import CPUSet
 from ..kubelet.state import CPUState
 from ..runtime.model import ListedContainer
 
@@ -44,6 +45,7 @@ class Plan:
         # containers outside a scoped pass's pods that follow the shared pool to its new value (CgroupTargets.plan)
         self.followers: List[str] = []
         self.recommit = False  # apply() changed ``after`` (a defragmentation stopped at a failed move): save it again
+        self.holding: Dict[str, CPUSet] = {}  # container ID -> the cpuset it had when planned (the apply order)
         self.runtime_calls: Dict[str, int] = {}
         self.seconds = 0.0
         self.result: Dict[str, Any] = {}

@@ -85,6 +85,8 @@ class CgroupTargets:
             pods_exclusive[listed.pod_uid] = pods_exclusive.get(listed.pod_uid, False) or exclusive
             current = pushed[listed.id] if settled else self.cgroups.cpus(info.cgroup_path)
             known = current if current is not None else self.pushed.get(listed.id)
+            if known is not None:
+                plan.holding[listed.id] = known
             cpus = None if known == target and not forced else target
             if cpus is None:
                 self.pushed[listed.id] = target
@@ -140,6 +142,8 @@ class CgroupTargets:
         grow: List[Action] = []
         if moving:
             updates, grow = _shrink_first(plan, updates, moving)
+        else:  # a repair (after a kill mid-defragmentation, say): who vacates a CPU goes before who takes it
+            updates, grow = _vacate_first(plan, updates)
         failed: List[Action] = []
         done_moves: List[Action] = []
         stopped = False
@@ -351,3 +355,39 @@ def _moved_so_far(plan: Plan, done: List[Action], all_cpus: CPUSet) -> CPUState:
         after.set(action.pod_uid, action.container, CPUSet.parse(action.cpus))
     after.default = all_cpus.difference(after.assigned().union(after.pod_assigned()))
     return after
+
+
+def _vacate_first(plan: Plan, updates: List[Action]) -> Tuple[List[Action], List[Action]]:
+    """A pass's exclusive updates in an order where each container's new CPUs are no longer held by another
+    (``plan.holding``: what each had); the shared containers first to their pool without the CPUs a container still
+    holds, then (the second list) to the pool. A cycle (two containers taking each other's CPUs, which only a
+    defragmentation's detour resolves) keeps the listing order for its members."""
+    exclusive = [a for a in updates if a.action == "update" and not a.reason.startswith("shared pool")]
+    if len(exclusive) < 2 and not (exclusive and any(a.reason.startswith("shared pool") for a in updates)):
+        return updates, []
+    held = {a.container_id: plan.holding.get(a.container_id, CPUSet()) for a in exclusive}
+    waiting = list(exclusive)
+    ordered: List[Action] = []
+    while waiting:
+        pending = {a.container_id for a in waiting}
+        free = [a for a in waiting if not any(CPUSet.parse(a.cpus).intersection(held[other])
+                                              for other in pending if other != a.container_id)]
+        step = free or waiting  # a cycle: as listed
+        ordered.extend(step)
+        waiting = [a for a in waiting if a not in step]
+    still = CPUSet().union(*(held[a.container_id].difference(CPUSet.parse(a.cpus)) for a in exclusive))
+    first: List[Action] = []
+    grow: List[Action] = []
+    for action in updates:
+        if action.action == "update" and action.reason.startswith("shared pool") and still:
+            target = CPUSet.parse(action.cpus)
+            shrunk = target.difference(still)
+            if shrunk and shrunk != target:
+                first.append(action._replace(cpus=str(shrunk), reason="shared pool while containers move"))
+                grow.append(action)
+                continue
+        if action not in exclusive:
+            first.append(action)
+    at = next((i for i, a in enumerate(first) if a.action == "update" and not a.reason.startswith("shared")),
+              len(first))
+    return first[:at] + ordered + first[at:], grow

@@ -408,3 +408,42 @@ def test_moves_one_after_the_other_and_the_shared_pool_around_them(tmp_path, fai
     moved = {uid for uid in HELD if after.get(uid, "app") != CPUSet.parse(HELD[uid])}
     assert moved == {None: {"u6", "u7"}, "u7": set(), "u6": {"u7"}}[failing]
     assert after.assigned().isdisjoint(after.default)
+
+
+def test_killed_after_the_state_is_saved_the_repair_pass_moves_in_a_safe_order(tmp_path):
+    """(Defragmentation 2, the repair.) Killed right after the state was saved, before any push: the next pass
+    finds every moved container on its old CPUs. It pushes them so that who vacates a CPU goes before who takes it
+    (u7 leaves 17, then u6 takes it), and the shared container stays off every CPU a container holds throughout."""
+    topo = generated(2, 6, 2)
+    runtime = FakeRuntime(str(tmp_path / "cgroup"), "0-23", "0-1")
+    policy = new_policy("static", topo, 2, CPUSet.parse("0,12"))
+    manager = NodeManager(topo, policy, StateStore(str(tmp_path / "state"), "static"), runtime,
+                          cgroups=CgroupFS(str(tmp_path / "cgroup")), cache=ContainerCache())
+    ids = {uid: runtime.add(uid, "app", "Guaranteed", 1000 * len(CPUSet.parse(cpus))) for uid, cpus in HELD.items()}
+    web = runtime.add("web", "app", "Burstable", 500)
+    before = state("0,9,11-12,15,18", **{uid + "_app": cpus for uid, cpus in HELD.items()})
+    manager.store.save(before)
+    manager.push(before)
+    found = defrag.plan_defrag(topo, policy.options, before, policy.reserved)
+    manager.store.save(found.state)  # the kill: the state saved, no push made
+    pinned = {ids[uid]: CPUSet.parse(cpus) for uid, cpus in HELD.items()}
+    shared = [CPUSet.parse(runtime.read(web))]
+    update = runtime.update
+
+    def watched(cid, **kw):
+        if cid in pinned:
+            pinned[cid] = kw["cpuset_cpus"]
+        else:
+            shared[0] = kw["cpuset_cpus"]
+        taken = [cpu for held in pinned.values() for cpu in held]
+        assert len(taken) == len(set(taken)), "a CPU pinned twice after pushing %s to %s" % (cid, kw)
+        assert not shared[0].intersection(CPUSet(taken)), "the shared container on a pinned CPU"
+        return update(cid, **kw)
+
+    runtime.update = watched
+    manager.reconcile()
+    after = manager.read_state()
+    assert after == found.state
+    for uid, cid in ids.items():
+        assert runtime.read(cid) == str(after.get(uid, "app"))
+    assert runtime.read(web) == str(after.default)
