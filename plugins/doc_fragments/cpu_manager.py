@@ -139,9 +139,9 @@ options:
     description:
       - Beyond the kubelet. Write C(cpu.idle=1) into each running BestEffort pod's cgroup (cgroup v2, kernel 5.15 or
         newer; elsewhere nothing is written), so that a CPU running only BestEffort work counts as idle for other
-        work waking up. The BestEffort QoS cgroup and the containers stay at C(cpu.idle=0), and a 1 written there by 0.6.2 and
-        before is set back to 0, because the kernel refuses a cgroup's C(cpu.weight) while it is idle, and the
-        kubelet rewrites the QoS cgroup's weight, the runtime a container's with every update.
+        work waking up. The BestEffort QoS cgroup and the containers stay at C(cpu.idle=0), and a 1 written there
+        by 0.6.2 and before is set back to 0, because the kernel refuses a cgroup's C(cpu.weight) while it is idle,
+        and the kubelet rewrites the QoS cgroup's weight, the runtime a container's with every update.
       - Turned off, the next pass sets the pods' C(cpu.idle) back to 0.
     type: bool
     default: false
