@@ -59,8 +59,8 @@ class Node:
         uid, cid = POD % self.made, "%064x" % self.made
         level = "" if qos == "Guaranteed" else qos.lower()
         if driver == "systemd":
-            spec_path = "%s-pod%s.slice:%s:%s" % ("-".join(filter(None, (root, level))), uid.replace("-", "_"),
-                                                   prefix, cid)
+            parent = "-".join(filter(None, (root, level)))
+            spec_path = "%s-pod%s.slice:%s:%s" % (parent, uid.replace("-", "_"), prefix, cid)
             path = cgroupfs_path(spec_path)
         else:
             spec_path = path = "/%s/pod%s/%s" % ("/".join(filter(None, (root, level))), uid, cid)

@@ -4,8 +4,8 @@ that pins CPUs itself, the runtime backend the settings name."""
 from __future__ import annotations
 
 import pytest
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (KubeletPinsError, PolicyError, SafetyError,
-                                                                                TopologyError)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import KubeletPinsError, PolicyError, SafetyError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import TopologyError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology

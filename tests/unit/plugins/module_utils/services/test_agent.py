@@ -10,8 +10,8 @@ import signal
 import struct
 
 import pytest
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (KubeletPinsError,
-                                                                                RuntimeUnavailableError, StateError)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import KubeletPinsError, RuntimeUnavailableError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import StateError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
