@@ -10,8 +10,8 @@ import itertools
 import random
 
 import pytest
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (ConfigError, ContainerRuntimeError,
-                                                                                PolicyError, StateError)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError, ContainerRuntimeError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import PolicyError, StateError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.options import parse_options
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
