@@ -24,6 +24,7 @@ from .pod_views import Pair
 # A created container (not started yet) is given its CPUs too: containerd applies its spec at the start, CRI-O's
 # cgroup exists already; one left on its old CPUs would start on CPUs another container now holds.
 _PINNED_STATES = (RUNNING, CREATED)
+SHRINKING = "shared pool while containers move"  # the shared containers' first push around moves
 BURST_ANNOTATION = "cpu-burst.kubecpu.io"  # a pod's CFS burst, a duration ("20ms")
 Scope = Optional[AbstractSet[str]]  # pod UIDs: the pods a pass decides again (None: every pod)
 
@@ -330,19 +331,18 @@ def _shrink_first(plan: Plan, updates: List[Action],
     detours = CPUSet().union(*(CPUSet.parse(a.cpus) for a in updates
                                if a.action == "update" and a.reason == "passing through"))
     shrunk = plan.before.default.intersection(plan.after.default).difference(detours)
-    first: List[Action] = []
+    rest: List[Action] = []
+    shrinks: List[Action] = []
     grow: List[Action] = []
     for action in updates:
         shared = action.action == "update" and (action.pod_uid, action.container) not in moving \
             and action.reason.startswith("shared pool")
         if not shared:
-            first.append(action)
+            rest.append(action)
             continue
         if shrunk and CPUSet.parse(action.cpus) != shrunk:
-            first.append(action._replace(cpus=str(shrunk), reason="shared pool while containers move"))
+            shrinks.append(action._replace(cpus=str(shrunk), reason=SHRINKING))
         grow.append(action)
-    shrinks = [a for a in first if a.reason == "shared pool while containers move"]
-    rest = [a for a in first if a.reason != "shared pool while containers move"]
     at = next((i for i, a in enumerate(rest) if (a.pod_uid, a.container) in moving), len(rest))
     return rest[:at] + shrinks + rest[at:], grow
 
@@ -383,7 +383,7 @@ def _vacate_first(plan: Plan, updates: List[Action]) -> Tuple[List[Action], List
             target = CPUSet.parse(action.cpus)
             shrunk = target.difference(still)
             if shrunk and shrunk != target:
-                first.append(action._replace(cpus=str(shrunk), reason="shared pool while containers move"))
+                first.append(action._replace(cpus=str(shrunk), reason=SHRINKING))
                 grow.append(action)
                 continue
         if action not in exclusive:

@@ -363,13 +363,9 @@ HELD = {"u0": "4", "u1": "6", "u2": "14,22", "u3": "5", "u4": "16,19", "u5": "2"
         "u7": "8,10,17", "u8": "13,20", "u9": "1,7"}
 
 
-@pytest.mark.parametrize("failing", [None, "u7", "u6"])
-def test_moves_one_after_the_other_and_the_shared_pool_around_them(tmp_path, failing):
-    """(Defragmentation 1 and 2.) The node of the test above, with a shared container. Watched at every push: no CPU
-    is ever pinned to two containers, and the shared container is never on a CPU a container holds or is about to
-    take. The shared pool shrinks first and grows last. A move the runtime refuses (a deadline, a runc error) stops
-    the moves after it: u6 depends on u7 leaving CPU 17. The state then says where each container is, the cgroups
-    agree with it, and the failure is the plan's error (kind move)."""
+def held_node(tmp_path):
+    """The node of the test above (24 CPUs, reserved 0,12, ``HELD`` pinned) with a shared container ``web``, its state
+    saved and pushed: the manager, the runtime, the containers' IDs by pod, web's ID, the state."""
     topo = generated(2, 6, 2)
     runtime = FakeRuntime(str(tmp_path / "cgroup"), "0-23", "0-1")
     policy = new_policy("static", topo, 2, CPUSet.parse("0,12"))
@@ -380,13 +376,20 @@ def test_moves_one_after_the_other_and_the_shared_pool_around_them(tmp_path, fai
     before = state("0,9,11-12,15,18", **{uid + "_app": cpus for uid, cpus in HELD.items()})
     manager.store.save(before)
     manager.push(before)
+    return manager, runtime, ids, web, before
+
+
+def watch(runtime, ids, web, refused=None):
+    """Every push checked as it is made: no CPU pinned to two containers, the shared container on none of them;
+    ``refused``: a container whose move the runtime refuses (a deadline)."""
     pinned = {ids[uid]: CPUSet.parse(cpus) for uid, cpus in HELD.items()}
     shared = [CPUSet.parse(runtime.read(web))]
     update = runtime.update
+    held_at_start = dict(pinned)
 
     def watched(cid, **kw):
         cpus = kw["cpuset_cpus"]
-        if failing and cid == ids[failing] and cpus != CPUSet.parse(HELD[failing]):
+        if cid == refused and cpus != held_at_start[cid]:
             raise ContainerRuntimeError("UpdateContainerResources %s: context deadline exceeded" % cid)
         if cid in pinned:
             pinned[cid] = cpus
@@ -399,6 +402,17 @@ def test_moves_one_after_the_other_and_the_shared_pool_around_them(tmp_path, fai
         return update(cid, **kw)
 
     runtime.update = watched
+
+
+@pytest.mark.parametrize("failing", [None, "u7", "u6"])
+def test_moves_one_after_the_other_and_the_shared_pool_around_them(tmp_path, failing):
+    """(Defragmentation 1 and 2.) The node of the test above, with a shared container. Watched at every push: no CPU
+    is ever pinned to two containers, and the shared container is never on a CPU a container holds or is about to
+    take. The shared pool shrinks first and grows last. A move the runtime refuses (a deadline, a runc error) stops
+    the moves after it: u6 depends on u7 leaving CPU 17. The state then says where each container is, the cgroups
+    agree with it, and the failure is the plan's error (kind move)."""
+    manager, runtime, ids, web, before = held_node(tmp_path)
+    watch(runtime, ids, web, refused=ids[failing] if failing else None)
     done = defrag_node(manager)
     after = manager.read_state()
     assert [e["kind"] for e in done.errors if e["kind"] == "move"] == ([] if failing is None else ["move"])
@@ -414,33 +428,10 @@ def test_killed_after_the_state_is_saved_the_repair_pass_moves_in_a_safe_order(t
     """(Defragmentation 2, the repair.) Killed right after the state was saved, before any push: the next pass
     finds every moved container on its old CPUs. It pushes them so that who vacates a CPU goes before who takes it
     (u7 leaves 17, then u6 takes it), and the shared container stays off every CPU a container holds throughout."""
-    topo = generated(2, 6, 2)
-    runtime = FakeRuntime(str(tmp_path / "cgroup"), "0-23", "0-1")
-    policy = new_policy("static", topo, 2, CPUSet.parse("0,12"))
-    manager = NodeManager(topo, policy, StateStore(str(tmp_path / "state"), "static"), runtime,
-                          cgroups=CgroupFS(str(tmp_path / "cgroup")), cache=ContainerCache())
-    ids = {uid: runtime.add(uid, "app", "Guaranteed", 1000 * len(CPUSet.parse(cpus))) for uid, cpus in HELD.items()}
-    web = runtime.add("web", "app", "Burstable", 500)
-    before = state("0,9,11-12,15,18", **{uid + "_app": cpus for uid, cpus in HELD.items()})
-    manager.store.save(before)
-    manager.push(before)
-    found = defrag.plan_defrag(topo, policy.options, before, policy.reserved)
+    manager, runtime, ids, web, before = held_node(tmp_path)
+    found = defrag.plan_defrag(manager.topology, manager.policy.options, before, manager.policy.reserved)
     manager.store.save(found.state)  # the kill: the state saved, no push made
-    pinned = {ids[uid]: CPUSet.parse(cpus) for uid, cpus in HELD.items()}
-    shared = [CPUSet.parse(runtime.read(web))]
-    update = runtime.update
-
-    def watched(cid, **kw):
-        if cid in pinned:
-            pinned[cid] = kw["cpuset_cpus"]
-        else:
-            shared[0] = kw["cpuset_cpus"]
-        taken = [cpu for held in pinned.values() for cpu in held]
-        assert len(taken) == len(set(taken)), "a CPU pinned twice after pushing %s to %s" % (cid, kw)
-        assert not shared[0].intersection(CPUSet(taken)), "the shared container on a pinned CPU"
-        return update(cid, **kw)
-
-    runtime.update = watched
+    watch(runtime, ids, web)
     manager.reconcile()
     after = manager.read_state()
     assert after == found.state
