@@ -123,6 +123,16 @@ class StoreError(KubecpuError):
     """The state store cannot be read, locked or written (I/O, permissions, read-only store)."""
 
 
+class StaleCheckpointError(StoreError):
+    """A file was planned from other bytes than those on disk now: someone (the kubelet) wrote it since."""
+
+    def __init__(self, path: str, planned_from: str, now: str) -> None:
+        self.path, self.planned_from, self.now = path, planned_from, now
+        super().__init__("%s changed since the plan was made (planned from %s, now %s): nothing was written; plan "
+                         "again from the file as it is (with the kubelet stopped, it stays as it is)"
+                         % (path, planned_from[:19], now[:19]))
+
+
 class ContainerRuntimeError(KubecpuError):
     """A container runtime call failed. ``operation`` names the call, ``target`` the container or pod."""
 

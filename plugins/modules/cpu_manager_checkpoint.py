@@ -51,6 +51,15 @@ options:
       - The kubelet is stopped, so its own checkpoint may be changed. Without it that file is only read.
     type: bool
     default: false
+  planned_from:
+    description:
+      - (V(write)) The fingerprint of the checkpoint O(content) was planned from (C(planned_from) as
+        M(kubecpu.cpu_manager.cpu_manager_defrag) and M(kubecpu.cpu_manager.cpu_manager_kubelet_config) return it).
+        The write refuses, changing nothing, when the file on disk is no longer that one (the kubelet admitted or
+        removed a pod since the plan); plan again with the kubelet stopped. Omitted, the file is replaced whatever
+        it holds.
+    type: str
+    version_added: 0.6.0
   push:
     description:
       - After V(write) or V(rebuild), push every running container's cpuset to what the new file gives it (its
@@ -131,12 +140,14 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.mod
 def checkpoint(module: AnsibleModule) -> dict:
     params = module.params
     target = CheckpointFile(node_config(params), kubelet_stopped=params["kubelet_stopped"])
-    return target.run(params["action"], content=params["content"], push=params["push"], apply=not module.check_mode)
+    return target.run(params["action"], content=params["content"], push=params["push"], apply=not module.check_mode,
+                      planned_from=params["planned_from"])
 
 
 def main() -> None:
     spec = dict(STATE_ARGS, action={"type": "str", "choices": list(ACTIONS), "required": True},
                 content={"type": "str"}, kubelet_stopped={"type": "bool", "default": False},
+                planned_from={"type": "str"},
                 push={"type": "bool", "default": False})
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True,
                            required_if=[("action", "write", ("content",))])

@@ -27,6 +27,12 @@ description:
   - The moves are made one after the other, the shared containers first shrinking to the CPUs no move takes or
     passes through and growing back once the moves are done. A move the runtime refuses stops the moves after it
     (they may need its CPUs); the module then fails, and the state says where each container is, as its cgroup does.
+  - A move honours what an allocation does. With O(isolated_cpus=only) containers move only within the isolated
+    CPUs (one outside them stays). Under O(topology_manager_scope=pod) with O(topology_manager_policy)
+    V(single-numa-node) or V(restricted), a pod whose containers hold different CPUs stays where it is (the kubelet
+    admits such a pod by all its containers together at its next start). Pod-level exclusive CPUs (kubelet 1.36
+    and later), a container too large for one NUMA node and, under full-pcpus-only, one that does not hold whole
+    cores stay too.
   - On the kubelet's own checkpoint (read-only) it only plans and returns RV(rewritten_state), the checkpoint after
     the moves, to write with M(kubecpu.cpu_manager.cpu_manager_checkpoint) (action V(write) with push) while the
     kubelet is stopped.
@@ -111,6 +117,14 @@ rewritten_state:
   description: For the kubelet's own checkpoint, the checkpoint after the moves (null when there is none to make).
   returned: success
   type: str
+planned_from:
+  description: With RV(rewritten_state), the fingerprint of the checkpoint the moves were planned from; give it to
+    M(kubecpu.cpu_manager.cpu_manager_checkpoint) (O(kubecpu.cpu_manager.cpu_manager_checkpoint#module:planned_from)),
+    which then refuses to write once the kubelet has changed the file since.
+  returned: when RV(rewritten_state) is not null
+  type: str
+  sample: sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+  version_added: 0.6.0
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -133,6 +147,8 @@ def defrag(module: AnsibleModule) -> dict:
               "proven_best": moved.get("proven_best", False), "planner": moved.get("planner", "exact"),
               "containers_moved": moved.get("containers_moved", 0),
               "actions": doc["actions"], "errors": doc["errors"], "rewritten_state": rewritten}
+    if rewritten is not None:
+        result["planned_from"] = moved.get("planned_from")
     if module._diff:
         result["diff"] = {"before": doc["state_before"], "after": doc["state_after"]}
     stopped = [e for e in doc["errors"] if e.get("kind") in ("move", "update")]

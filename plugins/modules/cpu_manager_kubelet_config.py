@@ -206,6 +206,15 @@ rewritten_state:
   returned: when O(state_rewrite)
   type: str
   sample: '{"policyName":"static","defaultCpuSet":"0-1,5-9,13-15","entries":{"pod-a":{"app":"3,11"}},"checksum":1}'
+planned_from:
+  description:
+    - With O(state_rewrite), the fingerprint of the checkpoint the rewrite was planned from (C(sha256:<hex>) of its
+      bytes, C(absent) without a file). Given to
+      O(kubecpu.cpu_manager.cpu_manager_checkpoint#module:planned_from), the write refuses once the kubelet has
+      changed the file since the plan.
+  returned: when O(state_rewrite)
+  type: str
+  version_added: 0.6.0
 moves:
   description: With O(state_rewrite), the containers whose CPUs the rewrite changes.
   returned: when O(state_rewrite)
@@ -299,7 +308,8 @@ def plan(module: AnsibleModule) -> dict:
         settings = dict(params, **change.settings())
         adopt = adopter(node_config(settings, read_only=True), topo) if settings["policy"] == "static" else None
         rewrite = rewrite_for(change, topo, state, adopt).to_dict(state)
-        result.update(rewritten_state=rewrite.pop("rewritten_state"), moves=rewrite.pop("moves"), rewrite=rewrite)
+        result.update(rewritten_state=rewrite.pop("rewritten_state"), planned_from=rewrite.pop("planned_from"),
+                      moves=rewrite.pop("moves"), rewrite=rewrite)
     return result
 
 

@@ -282,8 +282,10 @@ def cmd_defrag(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO
     doc = plan.to_dict()
     if rewritten is not None:
         doc["rewritten_state"] = rewritten
+        doc["planned_from"] = (plan.result or {}).get("planned_from")
         err.write("kubecpu: %s is read-only: write rewritten_state with the kubelet stopped "
-                  "(kubecpu.cpu_manager.cpu_manager_checkpoint action=write push=true)\n" % config.state_path)
+                  "(kubecpu.cpu_manager.cpu_manager_checkpoint action=write push=true planned_from=<planned_from>)\n"
+                  % config.state_path)
     _emit(out, doc)
     return 1 if plan.errors else 0
 

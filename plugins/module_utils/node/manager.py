@@ -183,7 +183,8 @@ class NodeManager:
                 self.cgroup_targets.apply(plan, runtime)
                 if plan.recommit:  # moves stopped at a failed one: the state says where each container is
                     self.store.save(plan.after)
-            self.cache.save()
+            if apply:  # a check writes nothing, not even the cache
+                self.cache.save()
         plan.runtime_calls = {k: v - calls.get(k, 0) for k, v in runtime.calls.items() if v - calls.get(k, 0)}
         plan.seconds = time.monotonic() - started
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import time
 from typing import Iterator, List, Mapping, Optional, Tuple
 
 from ..atomic import atomic_write, fsync_directory, sweep_temporaries
-from ..errors import CheckpointError, RestoreFailure, StoreError
+from ..errors import CheckpointError, RestoreFailure, StaleCheckpointError, StoreError
 from ..kubelet.checkpoint_formats import read, write
 from ..kubelet.kubelet_versions import DEFAULT, KubeletVersion
 from ..kubelet.state import CPUState
@@ -29,6 +30,13 @@ from .hook_view import identity, view_path, write_view
 from .state_paths import DEFAULT_PATH, KUBELET_PATH
 
 LOCK_TIMEOUT = 60.0
+ABSENT = "absent"  # the fingerprint of a file that does not exist
+
+
+def fingerprint(data: Optional[bytes]) -> str:
+    """What a plan was made from (``sha256:<hex>`` of the file's bytes, ``absent``): a write of that plan goes ahead
+    only while the file still has this fingerprint (``StateStore.expect``)."""
+    return ABSENT if data is None else "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def opened_read_only(path: str, read_only: Optional[bool] = None, *, kubelet_stopped: bool = False) -> bool:
@@ -59,6 +67,7 @@ class StateStore:
         self._known: Optional[Tuple[bytes, CPUState]] = None
         self._depth = 0  # how deeply this process holds the lock (locked() is reentrant)
         self.identity: Optional[List[int]] = None  # of the file last read or written (node.hook_view)
+        self.last_read: Optional[bytes] = None  # the bytes the last read found (None: no file), for ``fingerprint``
         self._swept = False
 
     @property
@@ -125,9 +134,10 @@ class StateStore:
         try:
             with open(self.path, "rb") as handle:
                 self.identity = identity(os.fstat(handle.fileno()))
-                return handle.read()
+                self.last_read = handle.read()
+                return self.last_read
         except FileNotFoundError:
-            self.identity = None
+            self.identity = self.last_read = None
             return None
         except OSError as exc:
             raise StoreError("cannot read state file %s: %s" % (self.path, exc.strerror)) from None
@@ -150,6 +160,14 @@ class StateStore:
         """As the kubelet restores: a missing file means a fresh state for the configured policy."""
         state = self.load()
         return state if state is not None else CPUState(self.policy_name)
+
+    def expect(self, planned_from: Optional[str]) -> Optional[bytes]:
+        """The file's bytes (None: no file); StaleCheckpointError when ``planned_from`` is given and the file's
+        fingerprint is another. Under the lock, right before the write it guards."""
+        data = self.read_bytes()
+        if planned_from is not None and fingerprint(data) != planned_from:
+            raise StaleCheckpointError(self.path, planned_from, fingerprint(data))
+        return data
 
     # --- writing -------------------------------------------------------------------------------
     def save(self, state: CPUState) -> bool:

@@ -61,9 +61,11 @@ class CheckpointFile:
             return {"changed": False, "exists": True, "valid": False, "error": str(exc), "state": None}
         return {"changed": False, "exists": True, "valid": True, "error": None, "state": state.to_dict()}
 
-    def run(self, action: str, *, content: Optional[str] = None, push: bool = False,
-            apply: bool = True) -> Dict[str, Any]:
-        """``action`` (``ACTIONS``); ``apply`` False: what would be written and pushed, nothing changed."""
+    def run(self, action: str, *, content: Optional[str] = None, push: bool = False, apply: bool = True,
+            planned_from: Optional[str] = None) -> Dict[str, Any]:
+        """``action`` (``ACTIONS``); ``apply`` False: what would be written and pushed, nothing changed.
+        ``planned_from``: the fingerprint (``state_store.fingerprint``) of the file ``content`` was planned from;
+        the write refuses (StaleCheckpointError) when the file is no longer that one."""
         if action not in ACTIONS:
             raise ConfigError("action must be one of %s, got %r" % (", ".join(ACTIONS), action))
         if action == "validate":
@@ -82,21 +84,23 @@ class CheckpointFile:
             state, errors = rebuilt.after, rebuilt.errors
         else:
             state = None  # reset: the file moves aside and the kubelet starts from a fresh one
-        result = self._replace(action, state, apply)
+        result = self._replace(action, state, apply, planned_from)
         result["errors"] = errors
         if push and state is not None:
             result["pushed"] = self._push(state, apply)
         return result
 
-    def _replace(self, action: str, state: Optional[CPUState], apply: bool) -> Dict[str, Any]:
+    def _replace(self, action: str, state: Optional[CPUState], apply: bool,
+                 planned_from: Optional[str] = None) -> Dict[str, Any]:
         data = None if state is None else write(state, self.store.kubelet)
         if data is not None:
             self.validated(data)  # what the kubelet would refuse is never written (a rebuild included)
-        current = self.store.read_bytes()
+        current = self.store.expect(planned_from)  # a check says so too
         changed = current != data if data is not None else current is not None
         kept = None
         if apply and changed:
             with self.store.locked():
+                self.store.expect(planned_from)  # again under the lock, right before the write
                 kept = self.store.reset(action, keep=state is not None)
                 if state is not None:
                     self.store.save(state)

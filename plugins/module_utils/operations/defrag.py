@@ -20,11 +20,18 @@ partly overlapping CPUs, pod-level exclusive CPUs (kubelet 1.36+), a unit too la
 ``full-pcpus-only``, a unit that is not whole cores stay where they are. A moved unit lands on one NUMA node, which
 every Topology Manager policy and ``align-by-socket`` accept; ``full-pcpus-only`` gives it whole cores. Options
 that spread an allocation (``distribute-cpus-across-cores``) are not reproduced: a moved unit fills half-used cores.
+
+What an allocation honours, a move honours too (``Limits``): with ``isolated_cpus: only`` units move only within the
+isolated CPUs (a unit outside them stays); under the Topology Manager's pod scope with ``single-numa-node`` or
+``restricted`` the kubelet admits a pod by the NUMA nodes of all its containers together, so a pod whose containers
+hold different CPUs stays where it is (moving one of them alone could split the pod over two NUMA nodes, and the
+kubelet's re-admission at its next start would reject it).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple, cast
 
 from ..errors import ConfigError, PolicyError, StateError
@@ -38,7 +45,7 @@ from ..node.config import NodeConfig
 from ..node.factory import build_manager
 from ..node.manager import NodeManager
 from ..node.plan import Action, Plan
-from ..node.state_store import opened_read_only
+from ..node.state_store import fingerprint, opened_read_only
 from .defrag_greedy import greedy_moves, whole_per_numa
 from .defrag_moves import Step, sequence, targets
 from .defrag_search import rooms_and_units, search
@@ -88,6 +95,24 @@ class Defrag(NamedTuple):
 
 
 Unit = Tuple[str, Tuple[str, ...], FrozenSet[int]]
+
+
+class Limits(NamedTuple):
+    """Where units may go beyond the policy's own rules: ``within`` (``isolated_cpus: only``: the isolated CPUs) and
+    ``pods_whole`` (pod scope under ``single-numa-node`` or ``restricted``: a pod of several units stays)."""
+
+    within: Optional[FrozenSet[int]] = None
+    pods_whole: bool = False
+
+    @classmethod
+    def of(cls, manager: NodeManager) -> Limits:
+        options = manager.options
+        within = manager.topology.isolated.as_frozenset() if options.isolated_cpus == "only" else None
+        return cls(within, options.topology_manager_scope == "pod"
+                   and options.topology_manager_policy in ("single-numa-node", "restricted"))
+
+
+NO_LIMITS = Limits()
 
 
 def _units(state: CPUState) -> List[Unit]:
@@ -142,23 +167,34 @@ class _Node(NamedTuple):
     before: Dict[str, int]
 
 
-def _node(topo: Topology, options: PolicyOptions, state: CPUState, reserved: CPUSet) -> _Node:
+def _node(topo: Topology, options: PolicyOptions, state: CPUState, reserved: CPUSet, limits: Limits) -> _Node:
     free = state.default.difference(reserved).as_frozenset()
     units = _units(state)
     held = frozenset(cpu for _pod, _names, cpus in units for cpu in cpus)
     fixed = frozenset(topo.all_cpus.as_frozenset() - free - reserved.as_frozenset() - held)
     holdings = [cpus for _pod, _names, cpus in units] + ([fixed] if fixed else [])
     whole_only, threads = options.full_pcpus_only, topo.cpus_per_core
-    movable = [not whole_only or len(cpus) % threads == 0 for cpus in holdings[:len(units)]] + [False] * bool(fixed)
+    per_pod = Counter(pod for pod, _names, _cpus in units)
+    movable = [(not whole_only or len(cpus) % threads == 0) and (limits.within is None or cpus <= limits.within)
+               and not (limits.pods_whole and per_pod[pod] > 1) for pod, _names, cpus in units] + [False] * bool(fixed)
     return _Node(units, holdings, movable, free, headroom(topo, CPUSet(free)))
 
 
+def _bounded(state: CPUState, reserved: CPUSet, limits: Limits) -> CPUSet:
+    """``reserved`` with the free CPUs outside ``limits.within``: the search neither counts them nor moves there."""
+    if limits.within is None:
+        return reserved
+    return reserved.union(state.default.difference(CPUSet(limits.within)))
+
+
 def plan_defrag(topo: Topology, options: PolicyOptions, state: CPUState, reserved: CPUSet,
-                max_moves: Optional[int] = None, *, budget: float = SEARCH_BUDGET) -> Defrag:
+                max_moves: Optional[int] = None, *, budget: float = SEARCH_BUDGET,
+                limits: Limits = NO_LIMITS) -> Defrag:
     """The moves (and the state after them) for the static policy's ``state``; ``state`` is not changed.
-    ``max_moves``: at most that many moves; ``budget``: seconds of exact search."""
+    ``max_moves``: at most that many moves; ``budget``: seconds of exact search; ``limits``: see ``Limits``."""
     deadline = time.monotonic() + budget  # the whole plan: the exact search, then the greedy fallback in what is left
-    node = _node(topo, options, state, reserved)
+    reserved = _bounded(state, reserved, limits)
+    node = _node(topo, options, state, reserved, limits)
     steps, proven = _exact(topo, node, reserved.as_frozenset(), whole_only=options.full_pcpus_only,
                            max_moves=max_moves, budget=budget)
     exact = None if steps is None else _applied(topo, state, reserved, node, steps, proven=proven, planner="exact")
@@ -169,15 +205,17 @@ def plan_defrag(topo: Topology, options: PolicyOptions, state: CPUState, reserve
 
 
 def plan_greedy(topo: Topology, options: PolicyOptions, state: CPUState, reserved: CPUSet,
-                max_moves: Optional[int] = None) -> Defrag:
+                max_moves: Optional[int] = None, *, limits: Limits = NO_LIMITS) -> Defrag:
     """``plan_defrag`` with the greedy search alone (``defrag_greedy``), the exact search's fallback."""
-    return _greedy(topo, options, state, reserved, node=_node(topo, options, state, reserved), max_moves=max_moves)
+    reserved = _bounded(state, reserved, limits)
+    return _greedy(topo, options, state, reserved, node=_node(topo, options, state, reserved, limits),
+                   max_moves=max_moves)
 
 
 def _greedy(topo: Topology, options: PolicyOptions, state: CPUState, reserved: CPUSet, *, node: _Node,
             max_moves: Optional[int], deadline: Optional[float] = None) -> Defrag:
     moves = greedy_moves(topo, node.free, node.holdings[:len(node.units)], options.full_pcpus_only, max_moves,
-                         deadline=deadline)
+                         deadline=deadline, movable=node.movable[:len(node.units)])
     steps = [Step(index, node.holdings[index], place) for index, place in moves]
     return _applied(topo, state, reserved, node, steps, proven=False, planner="greedy")
 
@@ -201,7 +239,8 @@ def _applied(topo: Topology, state: CPUState, reserved: CPUSet, node: _Node, ste
 def defrag_config(config: NodeConfig, *, check: bool, max_moves: Optional[int] = None,
                   topology: Optional[Topology] = None, budget: float = SEARCH_BUDGET) -> Tuple[Plan, Optional[str]]:
     """``defrag_node`` for a node's settings: live on kubecpu's own state; on a read-only one (the kubelet's) only
-    planned, with the checkpoint after the moves, in that kubelet's format, to write with the kubelet stopped."""
+    planned, with the checkpoint after the moves, in that kubelet's format, to write with the kubelet stopped (and
+    ``plan.result["planned_from"]``, the fingerprint of the checkpoint it was planned from, for that write)."""
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= MAX_BUDGET:
         raise ConfigError("time_budget must be more than 0 and at most %d seconds, got %r" % (MAX_BUDGET, budget))
     if max_moves is not None and (isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0):
@@ -209,8 +248,12 @@ def defrag_config(config: NodeConfig, *, check: bool, max_moves: Optional[int] =
     read_only = opened_read_only(config.state_path, config.read_only)
     with build_manager(config, with_runtime=True, topology=topology, checks=not read_only) as manager:
         plan = defrag_node(manager, apply=not (check or read_only), max_moves=max_moves, budget=budget)
-    rewritten = write(plan.after, config.kubelet).decode("utf-8") if read_only and plan.actions else None
-    return plan, rewritten
+        planned_from = fingerprint(manager.store.last_read)  # the bytes the moves were taken on, under the lock
+    if not (read_only and plan.actions):
+        return plan, None
+    if plan.result is not None:  # the write of rewritten_state refuses once the kubelet has changed the file
+        plan.result["planned_from"] = planned_from
+    return plan, write(plan.after, config.kubelet).decode("utf-8")
 
 
 def defrag_node(manager: NodeManager, apply: bool = True, max_moves: Optional[int] = None, *,
@@ -220,12 +263,13 @@ def defrag_node(manager: NodeManager, apply: bool = True, max_moves: Optional[in
     policy = manager.policy
     if policy.name != STATIC:
         raise PolicyError("defragmentation moves exclusive CPUs, and the %s policy has none" % policy.name)
-    options = cast(StaticPolicy, policy).options
+    options, limits = cast(StaticPolicy, policy).options, Limits.of(manager)
     for _attempt in range(PLAN_ATTEMPTS):
         # The search runs on a copy, outside the lock: the OCI hook (2 s) and the NRI plugin (half the runtime's
         # timeout) never wait for it. Under the lock the moves are taken only if the state is still that copy.
         snapshot = manager.read_state()
-        found = plan_defrag(manager.topology, options, snapshot, policy.reserved, max_moves, budget=budget)
+        found = plan_defrag(manager.topology, options, snapshot, policy.reserved, max_moves, budget=budget,
+                            limits=limits)
         try:
             with manager.session(apply) as (state, plan, _pairs):
                 if state != snapshot:

@@ -88,15 +88,17 @@ def _candidates(pool: _Pool, own: FrozenSet[int], whole_only: bool) -> List[Froz
 
 
 def greedy_moves(topo: Topology, free: FrozenSet[int], holdings: Sequence[FrozenSet[int]], whole_only: bool,
-                 max_moves: Optional[int] = None, *, deadline: Optional[float] = None) \
-        -> List[Tuple[int, FrozenSet[int]]]:
+                 max_moves: Optional[int] = None, *, deadline: Optional[float] = None,
+                 movable: Optional[Sequence[bool]] = None) -> List[Tuple[int, FrozenSet[int]]]:
     """The greedy moves (unit index, its new CPUs) in order, from the exclusive pool ``free``. Under ``whole_only``
-    (``full-pcpus-only``) a unit that does not hold whole cores never moves. At ``deadline`` (``time.monotonic``) it
-    stops with the moves found so far: each improves on the one before, so any prefix is a valid plan."""
+    (``full-pcpus-only``) a unit that does not hold whole cores never moves, nor does one ``movable`` says stays.
+    At ``deadline`` (``time.monotonic``) it stops with the moves found so far: each improves on the one before, so
+    any prefix is a valid plan."""
     pool = _Pool(topo, free)
     units = list(holdings)
     threads = topo.cpus_per_core
-    moved: Set[int] = {index for index, own in enumerate(units) if whole_only and len(own) % threads}
+    moved: Set[int] = {index for index, own in enumerate(units)
+                       if (whole_only and len(own) % threads) or (movable is not None and not movable[index])}
     moves: List[Tuple[int, FrozenSet[int]]] = []
     current = pool.score()
     while max_moves is None or len(moves) < max_moves:

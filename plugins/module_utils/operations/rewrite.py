@@ -32,6 +32,7 @@ from ..kubelet.policy import NONE, STATIC, Policy, StaticPolicy
 from ..kubelet.state import CPUState
 from ..node.admission import Admission
 from ..node.plan import Plan
+from ..node.state_store import fingerprint
 
 # Given the fresh state of the new static policy, allocate the running containers into it (the node manager's
 # admission of what runs, node/what_if.adopt) and say what it did.
@@ -62,6 +63,7 @@ class Rewrite(NamedTuple):
     def to_dict(self, current: Optional[bytes]) -> Dict[str, object]:
         return {"possible": self.data is not None or (current is None and not self.unfit),
                 "rewritten_state": None if self.data is None else self.data.decode("utf-8"),
+                "planned_from": fingerprint(current),
                 "unchanged": self.data is not None and self.data == current,
                 "moves": [move.to_dict() for move in self.moves], "unfit": self.unfit, "reason": self.reason,
                 "policy_before": self.policy_before}

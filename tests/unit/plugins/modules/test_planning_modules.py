@@ -10,8 +10,9 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import encode
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import fingerprint
 from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
-    cpu_manager_info, cpu_manager_kubelet_config, cpu_manager_reservation)
+    cpu_manager_checkpoint, cpu_manager_info, cpu_manager_kubelet_config, cpu_manager_reservation)
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import calls, make_node
@@ -117,6 +118,29 @@ def test_kubelet_config_rewrites_the_checkpoint_instead_of_a_drain(root, tmp_pat
     too_big = run(cpu_manager_kubelet_config, dict(args, reserved_cpus="0-3,4-5"), capsys)
     assert too_big["rewritten_state"] is None and too_big["moves"] == []
     assert [u["container"] for u in too_big["rewrite"]["unfit"]] == ["db"]  # app took the last two CPUs
+
+
+def test_a_rewrite_planned_before_the_kubelet_pinned_another_pod_is_refused(root, tmp_path, capsys):
+    """(No drain 1.) The plan read the checkpoint while the kubelet ran; the kubelet then pinned pod-new onto 2,6.
+    Written as planned, pod-new's entry would be gone and its CPUs given to pod-a's moved app: with planned_from
+    the write refuses and the file stays the kubelet's."""
+    state = tmp_path / "cpu_manager_state"
+    state.write_bytes(checkpoint_file("0,2-7", {"pod-a": {"app": "1"}}))
+    args = {"config": STATIC_NOW, "kubelet_version": "1.35", "reserved_cpus": "0-1,4-5", "state_path": str(state),
+            "sysfs_root": root, "state_rewrite": True}
+    plan = run(cpu_manager_kubelet_config, args, capsys, check_mode=True)
+    assert plan["planned_from"] == fingerprint(state.read_bytes()) and plan["moves"]
+    since = checkpoint_file("0,3-5,7", {"pod-a": {"app": "1"}, "pod-new": {"app": "2,6"}})
+    state.write_bytes(since)
+    write = {"action": "write", "content": plan["rewritten_state"], "state_path": str(state), "kubelet_stopped": True,
+             "reserved_cpus": "0-1,4-5", "sysfs_root": root, "planned_from": plan["planned_from"]}
+    refused = run(cpu_manager_checkpoint, write, capsys)
+    assert refused["failed"] and "changed since the plan was made" in refused["msg"] and state.read_bytes() == since
+    again = run(cpu_manager_kubelet_config, args, capsys, check_mode=True)  # planned again from the file as it is
+    done = run(cpu_manager_checkpoint, dict(write, content=again["rewritten_state"],
+                                            planned_from=again["planned_from"]), capsys)
+    assert done["rc"] == 0 and done["changed"]
+    assert json.loads(state.read_text())["entries"]["pod-new"] == {"app": "2,6"}  # the kubelet's pin kept
 
 
 def test_kubelet_config_adopts_the_running_pods_on_none_to_static(tmp_path, capsys):

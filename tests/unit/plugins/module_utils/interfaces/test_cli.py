@@ -11,6 +11,7 @@ import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import checksum, decode, encode
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import fingerprint
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.cli_run import run
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import (cgroup_cpus, make_node,
                                                                                     set_cgroup_cpus)
@@ -375,6 +376,18 @@ def test_defrag_moves_the_container_that_splits_two_numa_nodes(tmp_path):
     assert cgroup_cpus(crictl, crictl["prod/api/app"]) == "0,2,4-7"
     code, out, _err = run(["defrag"] + common)
     assert code == 0 and json.loads(out)["moves"] == []  # optimal now
+
+
+def test_defrag_on_a_read_only_checkpoint_plans_the_file_to_write_and_what_it_was_planned_from(tmp_path):
+    crictl, state, common = _split_node(tmp_path)
+    before = state.read_bytes()
+    code, out, err = run(["defrag", "--read-only"] + common)
+    doc = json.loads(out)
+    assert code == 0 and state.read_bytes() == before and "planned_from=<planned_from>" in err
+    assert doc["planned_from"] == fingerprint(before)
+    assert decode(doc["rewritten_state"].encode(), "static").state.to_dict()["entries"] == {
+        "a06b0ffe-e387-47dc-90e2-339fa3fc242a": {"main": "1,3"}}
+    assert cgroup_cpus(crictl, crictl["prod/web/main"]) != "1,3"  # only planned
 
 
 def test_defrag_says_whether_its_packing_is_proven_best_within_its_time_budget(tmp_path):

@@ -13,11 +13,12 @@ import sys
 import time
 
 import pytest
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import CheckpointError, StoreError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (CheckpointError,
+                                                                                 StaleCheckpointError, StoreError)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import decode, encode
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore, fingerprint
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import ROOT, fixture_as_document
 
 KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
@@ -206,3 +207,23 @@ def test_the_first_save_of_a_process_sweeps_what_killed_writers_left(tmp_path):
     with store.locked():
         store.save(CPUState("static", CPUSet.parse("0-3")))
     assert sorted(n for n in os.listdir(tmp_path) if "tmp-" in n) == [".state.irq.json.tmp-ba9876543210"]
+
+
+@pytest.mark.parametrize("data, want", [
+    (None, "absent"),
+    (b"", "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
+    (b"{}", "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"),
+])
+def test_a_fingerprint_names_the_bytes_or_their_absence(data, want):
+    assert fingerprint(data) == want
+
+
+def test_expect_gives_the_bytes_while_they_are_the_ones_planned_from(tmp_path):
+    store = StateStore(str(tmp_path / "state"), "none")
+    assert store.expect(None) is None and store.expect("absent") is None
+    store.save(CPUState("none"))
+    data = (tmp_path / "state").read_bytes()
+    assert store.expect(fingerprint(data)) == data and store.expect(None) == data
+    with pytest.raises(StaleCheckpointError, match=r"state changed since the plan was made \(planned from absent, now "
+                                                   r"sha256:"):
+        store.expect("absent")

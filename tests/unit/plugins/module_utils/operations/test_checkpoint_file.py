@@ -9,8 +9,10 @@ import os
 
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (CheckpointError, ConfigError,
-                                                                                 StateError, StoreError)
+                                                                                 StaleCheckpointError, StateError,
+                                                                                 StoreError)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import NodeConfig
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import fingerprint
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.checkpoint_file import CheckpointFile
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.checkpoints import checkpoint_file
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import (calls, cgroup_cpus, make_node,
@@ -41,6 +43,30 @@ def test_validate_says_what_the_kubelet_would_say(node, tmp_path):
     assert not wrong["valid"] and 'not all reserved cpus: "1" are present in defaultCpuSet: "0,3"' in wrong["error"]
     path.write_bytes(b'{"policyName":"static","defaultCpuSet":"0-3","checksum":7}')
     assert "checkpoint is corrupted" in target(node, path).validate()["error"]
+
+
+def test_a_write_planned_from_another_file_than_the_one_on_disk_changes_nothing(node, tmp_path):
+    """(A stale plan.) The plan read the checkpoint; the kubelet then pinned pod-new; the planned bytes would drop
+    its entry and give its CPUs away. With the fingerprint of what it was planned from the write refuses, in check
+    mode too, and keeps nothing aside; the file as planned from is written."""
+    path = tmp_path / "state"
+    planned_on = checkpoint_file("0,3", {"pod-a": {"app": "1-2"}})
+    path.write_bytes(planned_on)
+    planned_from = fingerprint(planned_on)
+    new = checkpoint_file("0-1", {"pod-a": {"app": "2-3"}}).decode()
+    since = checkpoint_file("0", {"pod-a": {"app": "1-2"}, "pod-new": {"app": "3"}})  # the kubelet, after the plan
+    path.write_bytes(since)
+    for apply in (False, True):
+        with pytest.raises(StaleCheckpointError, match=r"changed since the plan was made \(planned from sha256:"):
+            target(node, path).run("write", content=new, apply=apply, planned_from=planned_from)
+    assert path.read_bytes() == since and sorted(os.listdir(tmp_path)) == ["node", "state"]  # nothing kept aside
+    with pytest.raises(StaleCheckpointError, match="now absent"):
+        target(node, tmp_path / "missing").run("write", content=new, planned_from=planned_from)
+    path.write_bytes(planned_on)
+    done = target(node, path).run("write", content=new, planned_from=planned_from)
+    assert done["changed"] and path.read_text() == new
+    fresh = target(node, tmp_path / "fresh").run("write", content=new, planned_from=fingerprint(None))
+    assert fresh["changed"] and (tmp_path / "fresh").read_text() == new
 
 
 def test_write_keeps_the_old_file_and_refuses_what_the_kubelet_would_refuse(node, tmp_path):

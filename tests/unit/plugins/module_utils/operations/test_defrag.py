@@ -16,17 +16,19 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.options import parse_options
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import ManagerOptions
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.manager import NodeManager
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations import defrag
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.defrag import (defrag_config,
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.defrag import (Limits, defrag_config,
                                                                                             defrag_node, headroom,
                                                                                             plan_defrag, plan_greedy)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroups import CgroupFS
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.container_cache import ContainerCache
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.model import CREATED
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_runtime import FakeRuntime
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated, generated_cpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -104,6 +106,19 @@ def test_live_defragmentation_state_first_then_cpusets(tmp_path):
     assert (runtime.read(a), runtime.read(b), runtime.read(shared)) == ("1", "5", "0,2-4,6-7")
     assert done.result["after"]["free_whole_cores"] == 2
     assert [x.action for x in defrag_node(manager).actions] == []  # nothing left to do
+
+
+def test_a_check_writes_nothing_not_even_the_container_cache(tmp_path):
+    manager, runtime = _node(tmp_path)
+    manager.cache = ContainerCache(str(tmp_path / "state.containers.json"))
+    runtime.add("a", "app", "Guaranteed", 1000)
+    manager.reconcile()
+    fragmented = state("0,2-5,7", a_app="1", b_db="6")
+    manager.store.save(fragmented)
+    runtime.add("b", "db", "Guaranteed", 1000)  # a container the cache has not seen: a pass would write it
+    files = {name: (tmp_path / name).read_bytes() for name in ("state", "state.containers.json")}
+    assert "move" in [x.action for x in defrag_node(manager, apply=False).actions]
+    assert {name: (tmp_path / name).read_bytes() for name in files} == files
 
 
 def test_live_moves_are_pushed_in_an_order_that_never_pins_a_cpu_twice(tmp_path):
@@ -309,7 +324,7 @@ def test_the_search_runs_outside_the_lock_and_its_moves_are_taken_only_on_the_st
     manager.push(fragmented)
     real, searched = defrag.plan_defrag, []
 
-    def search(topo, options, seen, reserved, max_moves=None, *, budget):
+    def search(topo, options, seen, reserved, max_moves=None, *, budget, limits):
         with StateStore(manager.store.path, lock_timeout=0.1).locked():  # free: nobody holds it during a search
             if not searched:
                 late = seen.copy()
@@ -317,7 +332,7 @@ def test_the_search_runs_outside_the_lock_and_its_moves_are_taken_only_on_the_st
                 late.default = late.default.difference(CPUSet.parse("3"))
                 manager.store.save(late)  # the hook allocated meanwhile
         searched.append(seen)
-        return real(topo, options, seen, reserved, max_moves, budget=budget)
+        return real(topo, options, seen, reserved, max_moves, budget=budget, limits=limits)
 
     monkeypatch.setattr(defrag, "plan_defrag", search)
     done = defrag_node(manager)
@@ -438,3 +453,97 @@ def test_killed_after_the_state_is_saved_the_repair_pass_moves_in_a_safe_order(t
     for uid, cid in ids.items():
         assert runtime.read(cid) == str(after.get(uid, "app"))
     assert runtime.read(web) == str(after.default)
+
+
+# (Defragmentation 3.) What an allocation honours, a move honours: the isolated CPUs under isolated_cpus only, and a
+# pod of several containers under the pod scope with single-numa-node or restricted.
+NUMA_1_ISOLATED = CPUSet.parse("2-3,6-7")  # TWO_NUMA's NUMA node 1 (cores 2 and 3)
+
+
+def test_under_isolated_cpus_only_a_move_stays_on_isolated_cpus_and_a_unit_outside_them_stays():
+    before = state("0,2,4-7", a_app="1", b_db="3")  # a outside the isolated CPUs (the mode changed since)
+    free_anywhere = plan_defrag(TWO_NUMA, NO_OPTIONS, before, CPUSet.parse("0,4"))
+    assert [(m.pod_uid, str(m.cpus_after)) for m in free_anywhere.moves] == [("b", "5")]  # off the isolated CPUs
+    limited = plan_defrag(TWO_NUMA, NO_OPTIONS, before, CPUSet.parse("0,4"),
+                          limits=Limits(within=NUMA_1_ISOLATED.as_frozenset()))
+    assert limited.moves == [] and limited.state == before  # no move on the isolated CPUs improves them
+    greedy = plan_greedy(TWO_NUMA, NO_OPTIONS, before, CPUSet.parse("0,4"),
+                         limits=Limits(within=NUMA_1_ISOLATED.as_frozenset()))
+    assert greedy.moves == []
+    within = Limits(within=NUMA_1_ISOLATED.as_frozenset())
+    halves = state("0-2,4-5,7", a_app="3", b_db="6")  # both on the isolated CPUs, half a core each: one move
+    found = plan_defrag(TWO_NUMA, NO_OPTIONS, halves, CPUSet.parse("0,4"), limits=within)
+    assert [str(m.cpus_after) for m in found.moves] in (["7"], ["2"])
+    assert (found.before["free_whole_cores"], found.after["free_whole_cores"]) == (0, 1)  # counted on them alone
+    whole = state("0-1,3-5,7", a_app="2", b_db="6")  # one whole isolated core already
+    assert not plan_defrag(TWO_NUMA, NO_OPTIONS, whole, CPUSet.parse("0,4"), limits=within).moves
+
+
+def test_under_the_pod_scope_a_pod_of_several_containers_stays_where_it_is():
+    before = state("0-1,4-7", p_app="2", p_side="3")  # one pod, two containers of one CPU each on NUMA node 1
+    anywhere = plan_defrag(TWO_NUMA, NO_OPTIONS, before, CPUSet.parse("0,4"))
+    assert {m.pod_uid for m in anywhere.moves} == {"p"}
+    kept = plan_defrag(TWO_NUMA, NO_OPTIONS, before, CPUSet.parse("0,4"), limits=Limits(pods_whole=True))
+    assert kept.moves == [] and kept.state == before
+    alone = state("0-2,4-7", p_app="3")  # a pod of one unit moves as under the container scope
+    assert plan_defrag(TWO_NUMA, NO_OPTIONS, alone, CPUSet.parse("0,4"), limits=Limits(pods_whole=True)).moves
+
+
+@pytest.mark.parametrize("options, want", [
+    (ManagerOptions(), Limits()),
+    (ManagerOptions(isolated_cpus="prefer"), Limits()),
+    (ManagerOptions(isolated_cpus="only"), Limits(within=NUMA_1_ISOLATED.as_frozenset())),
+    (ManagerOptions(topology_manager_scope="pod", topology_manager_policy="single-numa-node"), Limits(pods_whole=True)),
+    (ManagerOptions(topology_manager_scope="pod", topology_manager_policy="restricted"), Limits(pods_whole=True)),
+    (ManagerOptions(topology_manager_scope="pod", topology_manager_policy="best-effort"), Limits()),
+    (ManagerOptions(topology_manager_policy="single-numa-node"), Limits()),
+])
+def test_the_limits_come_from_the_node_manager_options(tmp_path, options, want):
+    topo = Topology(generated_cpus(2, 2, 2), isolated=NUMA_1_ISOLATED)
+    manager = NodeManager(topo, new_policy("static", topo, 2, CPUSet.parse("0,4")),
+                          StateStore(str(tmp_path / "state"), "static"), options=options)
+    assert Limits.of(manager) == want
+
+
+def test_a_live_defragmentation_under_isolated_cpus_only_keeps_to_them(tmp_path):
+    topo = Topology(generated_cpus(2, 2, 2), isolated=NUMA_1_ISOLATED)
+    runtime = FakeRuntime(str(tmp_path / "cgroup"), "0-7", "0-1")
+    manager = NodeManager(topo, new_policy("static", topo, 2, CPUSet.parse("0,4")),
+                          StateStore(str(tmp_path / "state"), "static"), runtime,
+                          cgroups=CgroupFS(str(tmp_path / "cgroup")), cache=ContainerCache(),
+                          options=ManagerOptions(isolated_cpus="only"))
+    b = runtime.add("b", "db", "Guaranteed", 1000)
+    manager.reconcile()
+    fragmented = state("0-2,4-7", b_db="3")
+    manager.store.save(fragmented)
+    manager.push(fragmented)
+    assert defrag_node(manager).actions == [] and runtime.read(b) == "3"  # never onto CPU 5 (not isolated)
+
+
+@st.composite
+def fragmented_pods(draw):
+    """``fragmented``'s states, some pods with a second container on CPUs of their own."""
+    before, reserved = draw(fragmented())
+    for pod, _name, cpus in list(before.assignments()):
+        if len(cpus) > 1 and draw(st.booleans()):
+            listed = sorted(cpus)
+            before.set(pod, "c", CPUSet(listed[:1]))
+            before.set(pod, "d", CPUSet(listed[1:]))
+    return before, reserved
+
+
+ISOLATED_BIG = CPUSet.parse("8-15,24-31").as_frozenset()  # BIG's NUMA nodes 2 and 3
+
+
+@settings(max_examples=100, deadline=None)
+@given(fragmented_pods(), st.booleans())
+def test_every_limited_plan_moves_only_within_its_limits(case, greedy):
+    before, reserved = case
+    limits = Limits(within=ISOLATED_BIG, pods_whole=True)
+    found = (plan_greedy(BIG, NO_OPTIONS, before, reserved, limits=limits) if greedy
+             else plan_defrag(BIG, NO_OPTIONS, before, reserved, budget=0.05, limits=limits))
+    new_policy("static", BIG, 2, reserved).start(found.state.copy())
+    replay(before, found)
+    for move in found.moves:
+        assert move.cpus_before.as_frozenset() <= ISOLATED_BIG and move.cpus_after.as_frozenset() <= ISOLATED_BIG
+        assert len(before.entries[move.pod_uid]) == len(move.containers)  # the pod's only unit
