@@ -53,6 +53,15 @@ options:
   max_moves:
     description: At most this many moves (omitted, as many as help); the best packing those moves reach.
     type: int
+  keep_numa:
+    description:
+      - No container leaves the NUMA nodes it is on (its moves only fill cores there). For containers placed near a
+        device (a NUMA affinity given at allocation, which the checkpoint does not record).
+      - Without it a container still moves only within the NUMA nodes the kubelet's Memory Manager pinned its memory
+        to (its checkpoint C(memory_manager_state), read beside O(kubelet_state_path)).
+    type: bool
+    default: false
+    version_added: 0.6.0
   time_budget:
     description: Seconds of search (the exact search, then the greedy fallback in what is left), after which the
       best packing found so far is taken (more than 0, at most 600). The search does not hold the node's state lock.
@@ -139,7 +148,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.mod
 
 def defrag(module: AnsibleModule) -> dict:
     plan, rewritten = defrag_config(node_config(module.params), check=module.check_mode,
-                                    max_moves=module.params["max_moves"], budget=module.params["time_budget"])
+                                    max_moves=module.params["max_moves"], budget=module.params["time_budget"],
+                                    keep_numa=module.params["keep_numa"])
     doc = plan.to_dict()
     moved = plan.result or {}
     result = {"changed": bool(moved.get("moves")) and rewritten is None, "moves": moved.get("moves", []),
@@ -158,7 +168,8 @@ def defrag(module: AnsibleModule) -> dict:
 
 
 def main() -> None:
-    options = dict(STATE_ARGS, max_moves={"type": "int"}, time_budget={"type": "float", "default": 0.5})
+    options = dict(STATE_ARGS, max_moves={"type": "int"}, time_budget={"type": "float", "default": 0.5},
+                   keep_numa={"type": "bool", "default": False})
     module = AnsibleModule(argument_spec=options, supports_check_mode=True)
     run_module(module, defrag)
 

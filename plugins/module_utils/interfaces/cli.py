@@ -278,7 +278,8 @@ def cmd_defrag(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO
     """Live on kubecpu's own state; on a read-only one (the kubelet's) the plan and the checkpoint to write."""
     config = node_config(args)
     plan, rewritten = defrag_config(config, check=args.check, max_moves=args.max_moves,
-                                    topology=load_topology(args, stdin), budget=args.time_budget)
+                                    topology=load_topology(args, stdin), budget=args.time_budget,
+                                    keep_numa=args.keep_numa)
     doc = plan.to_dict()
     if rewritten is not None:
         doc["rewritten_state"] = rewritten

@@ -195,6 +195,10 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     p.add_argument("--max-moves", type=_count_arg, metavar="N", help="at most N moves (default: as many as help)")
     p.add_argument("--time-budget", type=_duration_arg, default=0.5, metavar="DURATION",
                    help="time for the exact search, after which the best packing found is taken (default 500ms)")
+    p.add_argument("--keep-numa", action="store_true",
+                   help="no container leaves its NUMA nodes (placed near a device); one whose memory the kubelet's "
+                        "Memory Manager pinned (memory_manager_state beside --kubelet-state) stays on that memory's "
+                        "nodes anyway")
 
     from ..runtime.nri_api import DEFAULT_INDEX, DEFAULT_NAME, DEFAULT_SOCKET  # noqa: PLC0415  # not the hook's
 

@@ -30,13 +30,15 @@ kubelet's re-admission at its next start would reject it).
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
-from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple, cast
+from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple, cast
 
 from ..errors import ConfigError, PolicyError, StateError
 from ..kubelet.checkpoint_formats import write
 from ..kubelet.cpuset import CPUSet
+from ..kubelet.memory_state import read_memory_nodes
 from ..kubelet.options import PolicyOptions
 from ..kubelet.policy import STATIC, StaticPolicy
 from ..kubelet.state import CPUState
@@ -53,6 +55,7 @@ from .defrag_search import rooms_and_units, search
 SEARCH_BUDGET = 0.5  # seconds of search per node (exact, then greedy) before the best packing found so far is taken
 PLAN_ATTEMPTS = 3  # searches on a state that changed under them before a defragmentation gives up
 MAX_BUDGET = 600.0  # an operator's longest search: beyond it a defragmentation holds the node's lock too long
+MEMORY_STATE = "memory_manager_state"  # the kubelet Memory Manager's checkpoint, beside the CPU manager's
 
 
 def headroom(topo: Topology, free: CPUSet) -> Dict[str, int]:
@@ -98,18 +101,33 @@ Unit = Tuple[str, Tuple[str, ...], FrozenSet[int]]
 
 
 class Limits(NamedTuple):
-    """Where units may go beyond the policy's own rules: ``within`` (``isolated_cpus: only``: the isolated CPUs) and
-    ``pods_whole`` (pod scope under ``single-numa-node`` or ``restricted``: a pod of several units stays)."""
+    """Where units may go beyond the policy's own rules: ``within`` (``isolated_cpus: only``: the isolated CPUs),
+    ``pods_whole`` (pod scope under ``single-numa-node`` or ``restricted``: a pod of several units stays),
+    ``keep_numa`` (every unit stays on the NUMA nodes it is on: devices placed near them) and ``memory`` (the kubelet
+    Memory Manager's NUMA nodes per container: a unit moves only onto those)."""
 
     within: Optional[FrozenSet[int]] = None
     pods_whole: bool = False
+    keep_numa: bool = False
+    memory: Optional[Mapping[Tuple[str, str], FrozenSet[int]]] = None
 
     @classmethod
-    def of(cls, manager: NodeManager) -> Limits:
+    def of(cls, manager: NodeManager, *, keep_numa: bool = False,
+           memory: Optional[Mapping[Tuple[str, str], FrozenSet[int]]] = None) -> Limits:
         options = manager.options
         within = manager.topology.isolated.as_frozenset() if options.isolated_cpus == "only" else None
         return cls(within, options.topology_manager_scope == "pod"
-                   and options.topology_manager_policy in ("single-numa-node", "restricted"))
+                   and options.topology_manager_policy in ("single-numa-node", "restricted"), keep_numa, memory)
+
+    def homes(self, topo: Topology, unit: Unit) -> Optional[FrozenSet[int]]:
+        """The NUMA nodes ``unit`` may move to (None: any)."""
+        pod, names, cpus = unit
+        allowed = frozenset(topo.loc[cpu][2] for cpu in cpus) if self.keep_numa else None
+        for name in names:
+            pinned = (self.memory or {}).get((pod, name))
+            if pinned is not None:
+                allowed = pinned if allowed is None else allowed & pinned
+        return allowed
 
 
 NO_LIMITS = Limits()
@@ -139,7 +157,7 @@ def _exact(topo: Topology, node: _Node, reserved: FrozenSet[int], *, whole_only:
     """The exact search's moves in a safe order (None: no safe order) and whether its packing is proven best."""
     numa_of_core = {core: topo.loc[min(cpus)][2] for core, cpus in topo.core_cpus.items() if cpus}
     rooms, units, nodes = rooms_and_units(numa_of_core, topo.core_cpus, set(reserved),
-                                          list(zip(node.holdings, node.movable)))
+                                          list(zip(node.holdings, node.movable)), node.homes)
     numa_of = {cpu: loc[2] for cpu, loc in topo.loc.items() if cpu not in reserved}
     cap = max_moves
     while True:
@@ -163,6 +181,7 @@ class _Node(NamedTuple):
     units: List[Unit]
     holdings: List[FrozenSet[int]]  # the units' CPUs, then (unmovable) every other CPU held
     movable: List[bool]
+    homes: List[Optional[FrozenSet[int]]]  # per holding, the NUMA nodes it may move to (None: any)
     free: FrozenSet[int]
     before: Dict[str, int]
 
@@ -177,7 +196,8 @@ def _node(topo: Topology, options: PolicyOptions, state: CPUState, reserved: CPU
     per_pod = Counter(pod for pod, _names, _cpus in units)
     movable = [(not whole_only or len(cpus) % threads == 0) and (limits.within is None or cpus <= limits.within)
                and not (limits.pods_whole and per_pod[pod] > 1) for pod, _names, cpus in units] + [False] * bool(fixed)
-    return _Node(units, holdings, movable, free, headroom(topo, CPUSet(free)))
+    homes = [limits.homes(topo, unit) for unit in units] + [None] * bool(fixed)
+    return _Node(units, holdings, movable, homes, free, headroom(topo, CPUSet(free)))
 
 
 def _bounded(state: CPUState, reserved: CPUSet, limits: Limits) -> CPUSet:
@@ -215,7 +235,7 @@ def plan_greedy(topo: Topology, options: PolicyOptions, state: CPUState, reserve
 def _greedy(topo: Topology, options: PolicyOptions, state: CPUState, reserved: CPUSet, *, node: _Node,
             max_moves: Optional[int], deadline: Optional[float] = None) -> Defrag:
     moves = greedy_moves(topo, node.free, node.holdings[:len(node.units)], options.full_pcpus_only, max_moves,
-                         deadline=deadline, movable=node.movable[:len(node.units)])
+                         deadline=deadline, movable=node.movable[:len(node.units)], homes=node.homes)
     steps = [Step(index, node.holdings[index], place) for index, place in moves]
     return _applied(topo, state, reserved, node, steps, proven=False, planner="greedy")
 
@@ -237,17 +257,22 @@ def _applied(topo: Topology, state: CPUState, reserved: CPUSet, node: _Node, ste
 
 
 def defrag_config(config: NodeConfig, *, check: bool, max_moves: Optional[int] = None,
-                  topology: Optional[Topology] = None, budget: float = SEARCH_BUDGET) -> Tuple[Plan, Optional[str]]:
+                  topology: Optional[Topology] = None, budget: float = SEARCH_BUDGET,
+                  keep_numa: bool = False) -> Tuple[Plan, Optional[str]]:
     """``defrag_node`` for a node's settings: live on kubecpu's own state; on a read-only one (the kubelet's) only
     planned, with the checkpoint after the moves, in that kubelet's format, to write with the kubelet stopped (and
-    ``plan.result["planned_from"]``, the fingerprint of the checkpoint it was planned from, for that write)."""
+    ``plan.result["planned_from"]``, the fingerprint of the checkpoint it was planned from, for that write).
+    ``keep_numa``: no unit leaves its NUMA nodes; a container whose memory the kubelet's Memory Manager pinned (its
+    checkpoint beside ``config.kubelet_state_path``) moves only within those NUMA nodes."""
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= MAX_BUDGET:
         raise ConfigError("time_budget must be more than 0 and at most %d seconds, got %r" % (MAX_BUDGET, budget))
     if max_moves is not None and (isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0):
         raise ConfigError("max_moves must be a whole number, 0 or more, got %r" % (max_moves,))
     read_only = opened_read_only(config.state_path, config.read_only)
+    memory = read_memory_nodes(os.path.join(os.path.dirname(config.kubelet_state_path), MEMORY_STATE))
     with build_manager(config, with_runtime=True, topology=topology, checks=not read_only) as manager:
-        plan = defrag_node(manager, apply=not (check or read_only), max_moves=max_moves, budget=budget)
+        plan = defrag_node(manager, apply=not (check or read_only), max_moves=max_moves, budget=budget,
+                           limits=Limits.of(manager, keep_numa=keep_numa, memory=memory))
         planned_from = fingerprint(manager.store.last_read)  # the bytes the moves were taken on, under the lock
     if not (read_only and plan.actions):
         return plan, None
@@ -257,13 +282,13 @@ def defrag_config(config: NodeConfig, *, check: bool, max_moves: Optional[int] =
 
 
 def defrag_node(manager: NodeManager, apply: bool = True, max_moves: Optional[int] = None, *,
-                budget: float = SEARCH_BUDGET) -> Plan:
+                budget: float = SEARCH_BUDGET, limits: Optional[Limits] = None) -> Plan:
     """The moves made live under the manager's lock: the state first, then the cpusets through the runtime in the
     moves' order (``plan.result``: the moves, the headroom before and after, whether proven best)."""
     policy = manager.policy
     if policy.name != STATIC:
         raise PolicyError("defragmentation moves exclusive CPUs, and the %s policy has none" % policy.name)
-    options, limits = cast(StaticPolicy, policy).options, Limits.of(manager)
+    options, limits = cast(StaticPolicy, policy).options, limits or Limits.of(manager)
     for _attempt in range(PLAN_ATTEMPTS):
         # The search runs on a copy, outside the lock: the OCI hook (2 s) and the NRI plugin (half the runtime's
         # timeout) never wait for it. Under the lock the moves are taken only if the state is still that copy.

@@ -62,13 +62,14 @@ class _Pool:
         self._count(cpus, -1)
 
 
-def _candidates(pool: _Pool, own: FrozenSet[int], whole_only: bool) -> List[FrozenSet[int]]:
-    """Places for a unit of ``len(own)`` CPUs once its own are free: per NUMA node, half-used cores first, and whole
-    cores first (only those when ``whole_only``)."""
+def _candidates(pool: _Pool, own: FrozenSet[int], whole_only: bool,
+                homes: Optional[FrozenSet[int]] = None) -> List[FrozenSet[int]]:
+    """Places for a unit of ``len(own)`` CPUs once its own are free: per NUMA node (of ``homes`` only, when given),
+    half-used cores first, and whole cores first (only those when ``whole_only``)."""
     topo, size = pool.topo, len(own)
     threads = topo.cpus_per_core
     found: List[FrozenSet[int]] = []
-    for node in sorted(topo.numa_cpus):
+    for node in sorted(n for n in topo.numa_cpus if homes is None or n in homes):
         cores = sorted((core for core, numa in pool.core_numa.items() if numa == node),
                        key=lambda core: (pool.core_free[core], core))
         orders = [] if whole_only else [cores]
@@ -89,9 +90,11 @@ def _candidates(pool: _Pool, own: FrozenSet[int], whole_only: bool) -> List[Froz
 
 def greedy_moves(topo: Topology, free: FrozenSet[int], holdings: Sequence[FrozenSet[int]], whole_only: bool,
                  max_moves: Optional[int] = None, *, deadline: Optional[float] = None,
-                 movable: Optional[Sequence[bool]] = None) -> List[Tuple[int, FrozenSet[int]]]:
+                 movable: Optional[Sequence[bool]] = None,
+                 homes: Optional[Sequence[Optional[FrozenSet[int]]]] = None) -> List[Tuple[int, FrozenSet[int]]]:
     """The greedy moves (unit index, its new CPUs) in order, from the exclusive pool ``free``. Under ``whole_only``
-    (``full-pcpus-only``) a unit that does not hold whole cores never moves, nor does one ``movable`` says stays.
+    (``full-pcpus-only``) a unit that does not hold whole cores never moves, nor does one ``movable`` says stays;
+    ``homes[i]``: the NUMA nodes unit i may move to (None: any).
     At ``deadline`` (``time.monotonic``) it stops with the moves found so far: each improves on the one before, so
     any prefix is a valid plan."""
     pool = _Pool(topo, free)
@@ -109,7 +112,7 @@ def greedy_moves(topo: Topology, free: FrozenSet[int], holdings: Sequence[Frozen
             if index in moved:
                 continue
             pool.release(own)
-            for place in _candidates(pool, own, whole_only):
+            for place in _candidates(pool, own, whole_only, None if homes is None else homes[index]):
                 pool.take(place)
                 score = pool.score()
                 pool.release(place)

@@ -35,12 +35,17 @@ Key = Tuple[int, int, int, int]  # (most whole cores on one node, whole cores, -
 
 
 class Unit(NamedTuple):
-    """What moves together: its size, the CPUs it holds per NUMA node (index), the cores it touches."""
+    """What moves together: its size, the CPUs it holds per NUMA node (index), the cores it touches, whether it may
+    move, and where to (``homes``: the nodes, by index, its memory or devices are on; None: any)."""
 
     size: int
     held: Tuple[Tuple[int, int], ...]
     cores: Tuple[int, ...]
     movable: bool
+    homes: Optional[FrozenSet[int]] = None
+
+    def may_go(self, node: int) -> bool:
+        return self.homes is None or node in self.homes
 
 
 class Room(NamedTuple):
@@ -141,7 +146,7 @@ def _lift(packing: Packing, lifted: Sequence[int], max_moves: Optional[int]) -> 
         size = packing.units[index].size
         best: Optional[Tuple[Tuple[int, int, int], int]] = None
         for node in range(len(packing.rooms)):
-            if not packing.fits(node, size):
+            if not packing.fits(node, size) or not packing.units[index].may_go(node):
                 continue
             after = packing.whole(node, size)
             others = max((w for n, w in enumerate(whole) if n != node), default=0)
@@ -254,6 +259,8 @@ class _Search:
         if self.max_moves is None or packing.moves < self.max_moves:
             home = [node for node, _count in sorted(unit.held, key=lambda held: -held[1])]
             for node in home + [n for n in range(len(packing.rooms)) if n not in home]:
+                if not unit.may_go(node):
+                    continue
                 packing.place(index, node)
                 if packing.fits(node):
                     self.run(position + 1)
@@ -281,9 +288,11 @@ def search(rooms: Sequence[Room], units: Sequence[Unit], threads: int, whole_onl
 
 
 def rooms_and_units(numa_of_core: Dict[int, int], core_cpus: Dict[int, FrozenSet[int]], reserved: Set[int],
-                    groups: Sequence[Tuple[FrozenSet[int], bool]]) -> Tuple[List[Room], List[Unit], List[int]]:
+                    groups: Sequence[Tuple[FrozenSet[int], bool]],
+                    homes: Optional[Sequence[Optional[FrozenSet[int]]]] = None) \
+        -> Tuple[List[Room], List[Unit], List[int]]:
     """The search's view of a node: rooms per NUMA node (``nodes[i]`` is room i's NUMA id) and a unit per group of
-    CPUs (its CPUs, and whether it may move)."""
+    CPUs (its CPUs, and whether it may move; ``homes[i]``: the NUMA ids group i may move to, None: any)."""
     nodes = sorted(set(numa_of_core.values()))
     index = {numa: i for i, numa in enumerate(nodes)}
     core_of = {cpu: core for core, cpus in core_cpus.items() for cpu in cpus}
@@ -295,12 +304,14 @@ def rooms_and_units(numa_of_core: Dict[int, int], core_cpus: Dict[int, FrozenSet
         if not cpus & reserved:
             clear[node].add(core)
     rooms = [Room(capacity[i], frozenset(clear[i])) for i in range(len(nodes))]
-    units = []
+    units: List[Unit] = []
     for cpus, movable in groups:
         held: Dict[int, int] = {}
         for cpu in cpus:
             node = index[numa_of_core[core_of[cpu]]]
             held[node] = held.get(node, 0) + 1
+        allowed = None if homes is None or homes[len(units)] is None else frozenset(
+            index[numa] for numa in homes[len(units)] or () if numa in index)
         units.append(Unit(len(cpus), tuple(sorted(held.items())), tuple(sorted({core_of[c] for c in cpus})),
-                          movable and any(len(cpus) <= room.capacity for room in rooms)))
+                          movable and any(len(cpus) <= room.capacity for room in rooms), allowed))
     return rooms, units, nodes

@@ -390,6 +390,19 @@ def test_defrag_on_a_read_only_checkpoint_plans_the_file_to_write_and_what_it_wa
     assert cgroup_cpus(crictl, crictl["prod/web/main"]) != "1,3"  # only planned
 
 
+def test_defrag_keeps_a_container_on_the_numa_node_of_its_pinned_memory(tmp_path):
+    _crictl, _state, common = _split_node(tmp_path)
+    (tmp_path / "memory_manager_state").write_text(json.dumps({"policyName": "Static", "entries": {
+        "a06b0ffe-e387-47dc-90e2-339fa3fc242a": {"main": [{"numaAffinity": [1], "type": "memory", "size": 1 << 30}]}}}))
+    code, out, _err = run(["defrag", "--check"] + common)  # the file beside --kubelet-state
+    assert code == 0 and json.loads(out)["moves"] == []  # not onto 1,3 (node 0): nothing on node 1 helps
+    code, out, _err = run(["defrag", "--check", "--keep-numa"] + common[:-2] + ["--kubelet-state", "/nonexistent"])
+    assert code == 0 and [m["cpus_after"] for m in json.loads(out)["moves"]] == ["1,3"]  # it was on both nodes
+    (tmp_path / "memory_manager_state").write_text("{")
+    code, _out, err = run(["defrag", "--check"] + common)
+    assert code != 0 and "memory_manager_state: not a memory manager checkpoint" in err
+
+
 def test_defrag_says_whether_its_packing_is_proven_best_within_its_time_budget(tmp_path):
     _crictl, _state, common = _split_node(tmp_path)
     code, out, _err = run(["defrag", "--check", "--time-budget", "5s"] + common)

@@ -489,6 +489,22 @@ def test_under_the_pod_scope_a_pod_of_several_containers_stays_where_it_is():
     assert plan_defrag(TWO_NUMA, NO_OPTIONS, alone, CPUSet.parse("0,4"), limits=Limits(pods_whole=True)).moves
 
 
+def test_a_container_whose_memory_is_pinned_moves_only_within_that_memorys_numa_nodes():
+    """The kubelet's Memory Manager put p's memory on NUMA node 1: moving its containers to NUMA node 0 (the best
+    packing otherwise) would leave their memory remote; they stay on node 1, where one of them fills a core."""
+    before = state("0-1,4-7", p_app="2", p_side="3")
+    memory = {("p", "app"): frozenset({1}), ("p", "side"): frozenset({1})}
+    for limits in (Limits(memory=memory), Limits(keep_numa=True)):
+        found = plan_defrag(TWO_NUMA, NO_OPTIONS, before, CPUSet.parse("0,4"), limits=limits)
+        assert found.moves and all(m.cpus_after.as_frozenset() <= NUMA_1_ISOLATED.as_frozenset() for m in found.moves)
+        assert found.after["free_whole_cores"] == 2  # core 1 on node 0 and, now, one core on node 1
+        greedy = plan_greedy(TWO_NUMA, NO_OPTIONS, before, CPUSet.parse("0,4"), limits=limits)
+        assert all(m.cpus_after.as_frozenset() <= NUMA_1_ISOLATED.as_frozenset() for m in greedy.moves)
+    elsewhere = Limits(memory={("p", "app"): frozenset({0}), ("p", "side"): frozenset({0})})
+    found = plan_defrag(TWO_NUMA, NO_OPTIONS, before, CPUSet.parse("0,4"), limits=elsewhere)
+    assert [str(m.cpus_after) for m in found.moves] == ["1", "5"]  # towards its memory on node 0
+
+
 @pytest.mark.parametrize("options, want", [
     (ManagerOptions(), Limits()),
     (ManagerOptions(isolated_cpus="prefer"), Limits()),
@@ -547,3 +563,16 @@ def test_every_limited_plan_moves_only_within_its_limits(case, greedy):
     for move in found.moves:
         assert move.cpus_before.as_frozenset() <= ISOLATED_BIG and move.cpus_after.as_frozenset() <= ISOLATED_BIG
         assert len(before.entries[move.pod_uid]) == len(move.containers)  # the pod's only unit
+
+
+@settings(max_examples=100, deadline=None)
+@given(fragmented(), st.booleans())
+def test_under_keep_numa_no_container_leaves_its_numa_nodes(case, greedy):
+    before, reserved = case
+    numa_of = {cpu: loc[2] for cpu, loc in BIG.loc.items()}
+    found = (plan_greedy(BIG, NO_OPTIONS, before, reserved, limits=Limits(keep_numa=True)) if greedy
+             else plan_defrag(BIG, NO_OPTIONS, before, reserved, budget=0.05, limits=Limits(keep_numa=True)))
+    new_policy("static", BIG, 2, reserved).start(found.state.copy())
+    replay(before, found)
+    for move in found.moves:
+        assert {numa_of[c] for c in move.cpus_after} <= {numa_of[c] for c in before.entries[move.pod_uid]["c"]}
