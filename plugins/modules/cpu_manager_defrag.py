@@ -55,8 +55,9 @@ options:
     type: int
   keep_numa:
     description:
-      - No container leaves the NUMA nodes it is on (its moves only fill cores there). For containers placed near a
-        device (a NUMA affinity given at allocation, which the checkpoint does not record).
+      - No container leaves the NUMA nodes it is on (its moves end there; a swap's detour may pass through free CPUs
+        elsewhere for a moment). For containers placed near a device (a NUMA affinity given at allocation, which the
+        checkpoint does not record).
       - Without it a container still moves only within the NUMA nodes the kubelet's Memory Manager pinned its memory
         to (its checkpoint C(memory_manager_state), read beside O(kubelet_state_path)).
     type: bool

@@ -25,6 +25,7 @@ from .pod_views import Pair
 # cgroup exists already; one left on its old CPUs would start on CPUs another container now holds.
 _PINNED_STATES = (RUNNING, CREATED)
 SHRINKING = "shared pool while containers move"  # the shared containers' first push around moves
+DETOUR = "passing through"  # a moving container's push onto free CPUs on its way (a swap's, or a repair's)
 BURST_ANNOTATION = "cpu-burst.kubecpu.io"  # a pod's CFS burst, a duration ("20ms")
 Scope = Optional[AbstractSet[str]]  # pod UIDs: the pods a pass decides again (None: every pod)
 
@@ -42,6 +43,7 @@ class CgroupTargets:
         self.hooked: FrozenSet[str] = frozenset()  # marked by the OCI hook when this plan was made
         self.present: Set[str] = set()  # the containers the runtime listed last
         self.idle_known: Dict[str, Optional[str]] = {}  # cgroup -> its cpu.idle as a pass verified it (None: none)
+        self.at_pool: List[Pair] = []  # the shared containers the last plan left as they are (on the pool)
 
     def current_request(self, listed: ListedContainer, info: ContainerInfo) -> ContainerInfo:
         """The facts with the CFS quota cgroupfs shows now, when a Guaranteed running container's differs from
@@ -68,6 +70,7 @@ class CgroupTargets:
         all_nodes = CPUSet(self.topology.numa_cpus)
         pods_exclusive: Dict[str, bool] = {}
         pushed = self.pushed
+        self.at_pool = at_pool = []
         self.hooked = hooked = self.marks.pending()
         for listed, info in pairs:
             if listed.state not in _PINNED_STATES or not listed.is_kubernetes:
@@ -79,6 +82,8 @@ class CgroupTargets:
             settled = scope is not None and listed.pod_uid not in scope and listed.id in pushed and not forced
             if settled:
                 if pushed[listed.id] == target:
+                    if not exclusive:
+                        at_pool.append((listed, info))
                     continue
                 if not exclusive:  # a shared container whose pool moved (its memory nodes and quota do not)
                     plan.followers.append(listed.id)
@@ -102,6 +107,8 @@ class CgroupTargets:
                 if have is not None and have[0] != want_quota:
                     quota, period = want_quota, (info.cpu_period or have[1]) if want_quota > 0 else None
             if cpus is None and mems is None and quota is None:
+                if not exclusive:
+                    at_pool.append((listed, info))
                 continue
             shown = target if cpus is None else cpus
             if cpus is None:
@@ -145,6 +152,8 @@ class CgroupTargets:
             updates, grow = _shrink_first(plan, updates, moving)
         else:  # a repair (after a kill mid-defragmentation, say): who vacates a CPU goes before who takes it
             updates, grow = _vacate_first(plan, updates)
+        shrinks, regrow = self._off_detours(plan, updates)
+        updates, grow = shrinks + updates, grow + regrow
         failed: List[Action] = []
         done_moves: List[Action] = []
         stopped = False
@@ -170,6 +179,19 @@ class CgroupTargets:
             done = {a.container_id for a in plan.actions if a.action == "update"} | set(plan.followers)
             self.marks.clear(self.hooked & done | self.hooked - self.present)
         plan.applied = True
+
+    def _off_detours(self, plan: Plan, updates: List[Action]) -> Tuple[List[Action], List[Action]]:
+        """The shared containers already on the pool (no update of their own) off the CPUs a detour passes through,
+        first, and back on the pool once the moves are done (the second list)."""
+        detours = CPUSet().union(*(CPUSet.parse(a.cpus) for a in updates
+                                   if a.action == "update" and a.reason == DETOUR))
+        pool = plan.after.default if plan.after is not None else CPUSet()
+        shrunk = pool.difference(detours)
+        if not detours or not shrunk:
+            return [], []
+        back = [Action("update", listed.id, listed.pod_ref, listed.pod_uid, listed.name, str(pool),
+                       "shared pool again after a detour", cgroup=info.cgroup_path) for listed, info in self.at_pool]
+        return [a._replace(cpus=str(shrunk), reason=SHRINKING) for a in back], back
 
     def _push(self, plan: Plan, runtime: Runtime, action: Action, failed: List[Action]) -> bool:
         """One action; False (recorded in ``failed`` and the plan) when it could not be done."""
@@ -317,7 +339,7 @@ def _in_move_order(plan: Plan, updates: List[Action]) -> List[Action]:
         push = pushes.get((move.pod_uid, move.container))
         if push is not None:
             last_move = last[(move.pod_uid, move.container)] == index
-            ordered.append(push if last_move else push._replace(cpus=move.cpus, reason="passing through"))
+            ordered.append(push if last_move else push._replace(cpus=move.cpus, reason=DETOUR))
     rest = [a for a in updates if a.action != "update" or (a.pod_uid, a.container) not in pushes]
     at = next((i for i, a in enumerate(rest) if a.action == "update" and a.reason.startswith("exclusive")), len(rest))
     return rest[:at] + ordered + rest[at:]
@@ -329,7 +351,7 @@ def _shrink_first(plan: Plan, updates: List[Action],
     those a swap passes through (no shared container on a CPU a moving one still holds or passes through), then,
     once the moves are done, to the pool after (the second list)."""
     detours = CPUSet().union(*(CPUSet.parse(a.cpus) for a in updates
-                               if a.action == "update" and a.reason == "passing through"))
+                               if a.action == "update" and a.reason == DETOUR))
     shrunk = plan.before.default.intersection(plan.after.default).difference(detours)
     rest: List[Action] = []
     shrinks: List[Action] = []
@@ -357,25 +379,47 @@ def _moved_so_far(plan: Plan, done: List[Action], all_cpus: CPUSet) -> CPUState:
     return after
 
 
+def _detour(plan: Plan, waiting: List[Action], held: Dict[str, CPUSet]) -> Optional[Action]:
+    """For a cycle of ``waiting`` containers (each wants CPUs another holds): its smallest member's update to as many
+    CPUs of the shared pool as it holds, none held or wanted by a waiting one, the pool keeping at least one; None
+    when the pool has too few."""
+    member = min(waiting, key=lambda a: (len(CPUSet.parse(a.cpus)), a.container_id))
+    busy = CPUSet().union(*(held[a.container_id].union(CPUSet.parse(a.cpus)) for a in waiting))
+    spare = sorted(plan.after.default.difference(busy), reverse=True)  # the pool's highest first: its reserved stay
+    size = len(CPUSet.parse(member.cpus))
+    if len(spare) < size or len(plan.after.default) <= size:
+        return None
+    return member._replace(cpus=str(CPUSet(spare[:size])), reason=DETOUR)
+
+
 def _vacate_first(plan: Plan, updates: List[Action]) -> Tuple[List[Action], List[Action]]:
     """A pass's exclusive updates in an order where each container's new CPUs are no longer held by another
     (``plan.holding``: what each had); the shared containers first to their pool without the CPUs a container still
-    holds, then (the second list) to the pool. A cycle (two containers taking each other's CPUs, which only a
-    defragmentation's detour resolves) keeps the listing order for its members."""
+    holds, then (the second list) to the pool. A cycle (containers taking each other's CPUs: a defragmentation
+    killed before it pushed a swap) is untied as the defragmentation does it, through a detour (``_detour``) on CPUs
+    the shared containers leave first; with no such CPUs its members go as listed."""
     exclusive = [a for a in updates if a.action == "update" and not a.reason.startswith("shared pool")]
     if len(exclusive) < 2 and not (exclusive and any(a.reason.startswith("shared pool") for a in updates)):
         return updates, []
     held = {a.container_id: plan.holding.get(a.container_id, CPUSet()) for a in exclusive}
+    still = CPUSet().union(*(held[a.container_id].difference(CPUSet.parse(a.cpus)) for a in exclusive))
     waiting = list(exclusive)
     ordered: List[Action] = []
     while waiting:
         pending = {a.container_id for a in waiting}
         free = [a for a in waiting if not any(CPUSet.parse(a.cpus).intersection(held[other])
                                               for other in pending if other != a.container_id)]
-        step = free or waiting  # a cycle: as listed
-        ordered.extend(step)
-        waiting = [a for a in waiting if a not in step]
-    still = CPUSet().union(*(held[a.container_id].difference(CPUSet.parse(a.cpus)) for a in exclusive))
+        if not free:  # a cycle: its smallest member first through CPUs the shared pool gives up (as listed: none)
+            detour = _detour(plan, waiting, held)
+            if detour is None:
+                ordered.extend(waiting)
+                break
+            ordered.append(detour)
+            held[detour.container_id] = CPUSet.parse(detour.cpus)
+            still = still.union(held[detour.container_id])
+            continue
+        ordered.extend(free)
+        waiting = [a for a in waiting if a not in free]
     first: List[Action] = []
     grow: List[Action] = []
     for action in updates:

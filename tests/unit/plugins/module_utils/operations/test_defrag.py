@@ -394,10 +394,11 @@ def held_node(tmp_path):
     return manager, runtime, ids, web, before
 
 
-def watch(runtime, ids, web, refused=None):
+def watch(runtime, ids, web, refused=None, held=None):
     """Every push checked as it is made: no CPU pinned to two containers, the shared container on none of them;
-    ``refused``: a container whose move the runtime refuses (a deadline)."""
-    pinned = {ids[uid]: CPUSet.parse(cpus) for uid, cpus in HELD.items()}
+    ``refused``: a container whose move the runtime refuses (a deadline); ``held``: what each pod's container holds
+    at the start (``HELD``'s node by default)."""
+    pinned = {ids[uid]: CPUSet.parse(cpus) for uid, cpus in (held or HELD).items()}
     shared = [CPUSet.parse(runtime.read(web))]
     update = runtime.update
     held_at_start = dict(pinned)
@@ -453,6 +454,26 @@ def test_killed_after_the_state_is_saved_the_repair_pass_moves_in_a_safe_order(t
     for uid, cid in ids.items():
         assert runtime.read(cid) == str(after.get(uid, "app"))
     assert runtime.read(web) == str(after.default)
+
+
+def test_a_swap_killed_before_its_first_push_is_repaired_through_a_cpu_taken_from_the_pool(tmp_path):
+    """(Defragmentation 2, a cycle.) The saved state swaps a's and b's CPUs; killed before the first push, each still
+    holds the other's CPU. The repair moves one of them through a CPU the shared container gives up first, and never
+    pins a CPU to two."""
+    manager, runtime = _node(tmp_path)
+    ids = {"a": runtime.add("a", "app", "Guaranteed", 1000), "b": runtime.add("b", "app", "Guaranteed", 1000)}
+    web = runtime.add("c", "web", "Burstable", 500)
+    before = state("0,2-4,6-7", a_app="1", b_app="5")
+    manager.store.save(before)
+    manager.push(before)
+    manager.store.save(state("0,2-4,6-7", a_app="5", b_app="1"))  # the kill: state saved, no push made
+    pushed = []
+    watch(runtime, ids, web, held={"a": "1", "b": "5"})
+    update = runtime.update
+    runtime.update = lambda cid, **kw: pushed.append((cid, str(kw["cpuset_cpus"]))) or update(cid, **kw)
+    manager.reconcile()
+    assert (runtime.read(ids["a"]), runtime.read(ids["b"]), runtime.read(web)) == ("5", "1", "0,2-4,6-7")
+    assert len([cpus for cid, cpus in pushed if cid in ids.values()]) == 3  # one of them twice: through the pool
 
 
 # (Defragmentation 3.) What an allocation honours, a move honours: the isolated CPUs under isolated_cpus only, and a
@@ -567,12 +588,12 @@ def test_every_limited_plan_moves_only_within_its_limits(case, greedy):
 
 @settings(max_examples=100, deadline=None)
 @given(fragmented(), st.booleans())
-def test_under_keep_numa_no_container_leaves_its_numa_nodes(case, greedy):
+def test_under_keep_numa_every_container_ends_on_its_numa_nodes(case, greedy):
     before, reserved = case
     numa_of = {cpu: loc[2] for cpu, loc in BIG.loc.items()}
     found = (plan_greedy(BIG, NO_OPTIONS, before, reserved, limits=Limits(keep_numa=True)) if greedy
              else plan_defrag(BIG, NO_OPTIONS, before, reserved, budget=0.05, limits=Limits(keep_numa=True)))
     new_policy("static", BIG, 2, reserved).start(found.state.copy())
     replay(before, found)
-    for move in found.moves:
-        assert {numa_of[c] for c in move.cpus_after} <= {numa_of[c] for c in before.entries[move.pod_uid]["c"]}
+    for pod, name, cpus in found.state.assignments():  # where each ends (a swap's detour may pass elsewhere)
+        assert {numa_of[c] for c in cpus} <= {numa_of[c] for c in before.entries[pod][name]}
