@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -154,6 +155,47 @@ def test_the_plugin_reconnects_when_the_runtime_restarts(nri_lab, plugin):
     plugin.until(lambda: plugin.passes() > passes, "registered again (synchronized: a pass)", timeout=30)
     pod = plugin.pod("after", "Guaranteed", [{"name": "main", "cpu": 1000, "command": FIRST_LINE}])
     assert first_line(pod, "main") == "1"
+
+
+def test_a_reply_after_the_runtimes_timeout_leaves_no_cpu_held_twice(nri_lab, plugin):
+    """(The fail-closed hook 1, the NRI-late case.) The plugin is stopped while containerd waits for its answer to a
+    Guaranteed container's CreateContainer; containerd gives up after its request timeout (2 s) and goes on. The
+    plugin, continued, handles the request it got and saves the entry; its answer is too late (containerd 1.7 has
+    closed the connection; a runtime that keeps it and sends its deadline gets no answer at all). Then, whether
+    containerd created the container or failed it (and the kubelet's retry creates it again), the container ends on
+    its exclusive CPU and the shared one off it: no CPU stays held by both."""
+    spec = {"name": "main", "cpu": 1000, "command": FIRST_LINE}
+    shared = plugin.pod("api", "Burstable", [{"name": "app", "cpu": 250, "command": FIRST_LINE}])
+    late = plugin.pod("late", "Guaranteed", [])  # the sandbox while the plugin answers
+    created = {}
+
+    def create():
+        try:
+            created["cid"] = nri_lab.run_container(late, spec)
+        except Exception as exc:  # pylint: disable=broad-except  # what containerd said is looked at below
+            created["error"] = exc
+
+    plugin.proc.send_signal(signal.SIGSTOP)
+    try:
+        worker = threading.Thread(target=create)
+        worker.start()
+        worker.join(timeout=60)  # containerd's answer: it waits 2 s for the plugin, then goes on
+        assert not worker.is_alive(), "containerd still waits for the stopped plugin after 60 s"
+    finally:
+        plugin.proc.send_signal(signal.SIGCONT)
+    plugin.until(lambda: late["uid"] in plugin.entries(), "the late request handled: its entry saved", timeout=30)
+    if "cid" not in created:  # containerd failed the creation: the kubelet creates the container again
+        created["cid"] = nri_lab.run_container(late, spec, attempt=1)
+    late["containers"]["main"] = created["cid"]
+    plugin.until(lambda: (nri_lab.cgroup_cpus(late, created["cid"]), nri_lab.cgroup_cpus(
+        shared, shared["containers"]["app"])) == ("1", "0"), "the late container on CPU 1, the shared one off it",
+        timeout=30)
+    assert plugin.entries() == {late["uid"]: {"main": "1"}}
+    # containerd 1.7 closes a plugin's connection when it does not answer in time (and creates the container): the
+    # plugin's reply finds the pipe broken, it registers again, and its synchronize puts the container on its CPU
+    assert plugin.proc.poll() is None
+    assert [e["msg"] for e in plugin.events()].count("registered with the runtime") >= 2 or any(
+        "answered after the runtime's request timeout" in e["msg"] for e in plugin.events())
 
 
 def allowed(nri_lab, cid, want, timeout=5):
