@@ -83,6 +83,16 @@ options:
     description: The kubelet's checkpoint file, read to decide whether the kubelet would reject it.
     type: path
     default: /var/lib/kubelet/cpu_manager_state
+  kubelet_args:
+    description:
+      - The kubelet's command-line arguments; its C(--feature-gates) are laid over O(config)'s C(featureGates), as
+        the kubelet does, for the options' gates and the checkpoint format. A gate this configuration needs that the
+        command line turns off is refused.
+      - Omitted, the command line of the running kubelet (a process named C(kubelet)) is read from C(/proc); none
+        running, there are none.
+    type: list
+    elements: str
+    version_added: 0.6.0
   state_rewrite:
     description:
       - Also compute the checkpoint for the new configuration (RV(rewritten_state)) and the containers it moves
@@ -272,7 +282,8 @@ compile_once()  # before the core is imported: each of its modules compiled once
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.settings import num_reserved, reserved_cpus
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import StoreError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import (
-    Desired, adopter, plan_change, rewrite_for)
+    Desired, adopter, plan_change, rewrite_for, running_kubelet_args)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import flag_gates
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology_manager import POLICIES, SCOPES
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import (
     TOPOLOGY_ARGS, run_module)
@@ -301,8 +312,9 @@ def plan(module: AnsibleModule) -> dict:
         topology_manager_policy_options=params["topology_manager_policy_options"])
     topo = load_topology(params["topology_path"], params["sysfs_root"])
     state = read_state(params["state_path"])
+    args = params["kubelet_args"] if params["kubelet_args"] is not None else running_kubelet_args()
     change = plan_change(params["config"], desired, topo, params["kubelet_version"], state=state,
-                         state_path=params["state_path"])
+                         state_path=params["state_path"], flags=flag_gates(args))
     result = dict(changed=False, **change.to_dict(params["state_path"]))
     if params["state_rewrite"]:
         settings = dict(params, **change.settings())
@@ -328,6 +340,7 @@ def main() -> None:
             "topology_manager_policy_options": {"type": "dict"},
             "state_path": {"type": "path", "default": "/var/lib/kubelet/cpu_manager_state"},
             "state_rewrite": {"type": "bool", "default": False},
+            "kubelet_args": {"type": "list", "elements": "str"},
             **TOPOLOGY_ARGS,
             **RUNTIME_ARGS,
         },

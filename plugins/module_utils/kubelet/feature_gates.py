@@ -8,7 +8,7 @@ versions as 1.36). The kubelet configuration planner (``operations/kubelet_confi
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
 from .options import (ALIGN_BY_SOCKET, DISTRIBUTE_CPUS_ACROSS_CORES, DISTRIBUTE_CPUS_ACROSS_NUMA, FULL_PCPUS_ONLY,
@@ -69,6 +69,33 @@ def cpu_option_maturity(name: str, minor: int) -> Optional[str]:
 def _gate_value(gates: Mapping[str, Any], name: str, default: bool) -> bool:
     value = gates.get(name, default)
     return value if isinstance(value, bool) else default
+
+
+_GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
+             "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}  # strconv.ParseBool
+
+
+def flag_gates(args: Sequence[str]) -> Dict[str, bool]:
+    """The feature gates a kubelet's command line sets (``--feature-gates=A=true,B=false``, or the list as the next
+    argument; repeated flags add up, a later value wins). The kubelet lays them over its configuration file's
+    ``featureGates``."""
+    gates: Dict[str, bool] = {}
+    for index, arg in enumerate(args):
+        if arg.startswith("--feature-gates="):
+            value = arg.split("=", 1)[1]
+        elif arg == "--feature-gates" and index + 1 < len(args):
+            value = args[index + 1]
+        else:
+            continue
+        for pair in filter(None, (part.strip() for part in value.split(","))):
+            name, sep, text = pair.partition("=")
+            if not sep or text.strip() not in _GO_BOOLS:
+                raise ConfigError('invalid argument "%s" for "--feature-gates" flag: missing bool value for %s'
+                                  % (value, name.strip()) if not sep else
+                                  'invalid argument "%s" for "--feature-gates" flag: invalid value of %s: %s'
+                                  % (value, name.strip(), text.strip()))
+            gates[name.strip()] = _GO_BOOLS[text.strip()]
+    return gates
 
 
 def check_existing_gates(gates: Mapping[str, Any], minor: int) -> None:

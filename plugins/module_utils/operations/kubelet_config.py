@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import re
 from fractions import Fraction
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
@@ -135,20 +136,26 @@ def _reserved(topo: Topology, desired: Desired, current: Mapping[str, Any],
 
 def state_verdict(data: Optional[bytes], policy: str, topo: Topology, reserved: CPUSet, *,
                   options: Mapping[str, str], state_path: str,
-                  kubelet: KubeletVersion = DEFAULT) -> Optional[str]:
-    """None when the kubelet would accept its checkpoint with this configuration (or there is none), else the
-    kubelet's "could not restore state from checkpoint" message."""
+                  kubelet: KubeletVersion = DEFAULT, admission: Optional[Admission] = None) -> Optional[str]:
+    """None when the kubelet would accept its checkpoint with this configuration (or there is none) and, with
+    ``admission`` (the new Topology Manager), admit every pinned pod again at its restart; else the kubelet's
+    "could not restore state from checkpoint" message, or the first pod its Topology Manager would reject."""
     if data is None:
         return None
     try:
         restored = read(data, policy, kubelet)
         built = new_policy(policy, topo, len(reserved), reserved or None, options)
-        built.start(restored.state)
+        built.start(restored.state.copy())
     except RestoreFailure as exc:
         return ("could not restore state from checkpoint: %s, please drain this node and delete the CPU manager "
                 'checkpoint file "%s" before restarting Kubelet' % (exc, state_path))
     except (StateError, PolicyError, OptionError) as exc:
         return str(exc)
+    rejected = admission.readmission(built, restored.state) if admission is not None else []
+    if rejected:
+        first = rejected[0]
+        return "pod %s container %s: %s%s" % (first["pod"], first["container"], first["reason"],
+                                              " (and %d more)" % (len(rejected) - 1) if len(rejected) > 1 else "")
     return None
 
 
@@ -169,7 +176,7 @@ def _current_policy(current: Mapping[str, Any]) -> str:
 
 
 def plan_change(current: Mapping[str, Any], desired: Desired, topo: Topology, version: str, *,
-                state: Optional[bytes], state_path: str) -> Change:
+                state: Optional[bytes], state_path: str, flags: Optional[Mapping[str, bool]] = None) -> Change:
     """Validate ``desired`` against this kubelet and node, and compute the new config and the migration verdict.
 
     Raises ConfigError (or another KubecpuError) with one clear message when the kubelet would refuse it.
@@ -188,9 +195,11 @@ def plan_change(current: Mapping[str, Any], desired: Desired, topo: Topology, ve
                      % (minor, NEWEST))
     if desired.policy not in (STATIC, NONE):
         raise ConfigError('unknown policy: "%s"' % desired.policy)
-    gates_now = current.get("featureGates") or {}
-    if not isinstance(gates_now, Mapping):
+    flags = dict(flags or {})  # the kubelet's --feature-gates, laid over the file's
+    in_file = current.get("featureGates") or {}
+    if not isinstance(in_file, Mapping):
         raise ConfigError("featureGates must be a mapping of gate names to true/false")
+    gates_now = dict(in_file, **flags)
     check_existing_gates(gates_now, minor)
     options = _string_map(desired.policy_options if desired.policy_options is not None
                           else current.get("cpuManagerPolicyOptions"), "cpuManagerPolicyOptions")
@@ -246,15 +255,20 @@ def plan_change(current: Mapping[str, Any], desired: Desired, topo: Topology, ve
         new["topologyManagerScope"] = tm_scope
     if desired.topology_manager_policy_options is not None:
         _set_map(new, "topologyManagerPolicyOptions", tm_options)
+    overridden = sorted(name for name, value in needed.items() if flags.get(name) is False)
+    if overridden:
+        raise ConfigError("the kubelet's command line sets --feature-gates=%s, which this configuration needs on: "
+                          "change the kubelet's flags first" % ",".join("%s=false" % name for name in overridden))
     if needed:
-        gates = dict(gates_now)
+        gates = dict(in_file)
         gates.update(needed)
         new["featureGates"] = gates
     changed = [key for key in sorted(set(new) | set(current)) if new.get(key) != current.get(key)]
-    kubelet = clamped(minor, {k: v for k, v in (new.get("featureGates") or {}).items() if isinstance(v, bool)})
+    kubelet = clamped(minor, {k: v for k, v in dict(new.get("featureGates") or {}, **flags).items()
+                              if isinstance(v, bool)})
     before, reserved_now = _verdict_now(current, topo, state, state_path, kubelet)
     after = state_verdict(state, desired.policy, topo, reserved, options=options, state_path=state_path,
-                          kubelet=kubelet)
+                          kubelet=kubelet, admission=Admission(topo, tm_policy, tm_scope, tm_options))
     notes.extend(_format_notes(state, desired.policy, kubelet))
     return Change(new, changed, reserved, source, needed, before, after, notes, _current_policy(current), reserved_now,
                   kubelet)
@@ -293,6 +307,30 @@ def _set_map(config: Dict[str, Any], key: str, value: Dict[str, str]) -> None:
         config[key] = dict(value)
     else:
         config.pop(key, None)
+
+
+MAX_CMDLINE_BYTES = 1 << 20  # a process's command line (the kernel caps what it shows at the argument space)
+
+
+def running_kubelet_args(proc_root: str = "/proc") -> List[str]:
+    """The command-line arguments of the running kubelet (the lowest PID whose ``comm`` is ``kubelet``; [] when none
+    runs or its files cannot be read): where its ``--feature-gates`` are."""
+    try:
+        pids = sorted(int(name) for name in os.listdir(proc_root) if name.isdigit())
+    except OSError:
+        return []
+    for pid in pids:
+        base = os.path.join(proc_root, str(pid))
+        try:
+            with open(os.path.join(base, "comm"), "rb") as handle:
+                if handle.read(64).strip() != b"kubelet":
+                    continue
+            with open(os.path.join(base, "cmdline"), "rb") as handle:
+                data = handle.read(MAX_CMDLINE_BYTES)
+        except OSError:
+            continue
+        return [arg.decode("utf-8", "replace") for arg in data.split(b"\0")[1:] if arg]
+    return []
 
 
 def adopter(config: NodeConfig, topology: Topology) -> Adopter:

@@ -7,18 +7,26 @@ A running Guaranteed container with an integral request whose cpuset holds exact
 and none in any other running container's cpuset, was pinned: it gets an entry under its pod UID and container
 name. The shared pool is the rest. A container that looks pinned but overlaps another or holds reserved CPUs is
 reported and left to the shared pool (the kubelet's reconcile moves it there).
+
+A finished init container keeps its entry in the kubelet's checkpoint for as long as its pod runs; without it the
+restarted kubelet allocates its CPUs afresh when it admits the pod again (and rejects the pod on a node without
+that many free CPUs). Its cgroup is gone, but the pod's app containers took its CPUs first (the kubelet's reuse):
+when they hold at least as many, the entry is rebuilt from theirs (the CPUs the kubelet's topology rules take
+among them; any of them is what its start accepts, and the entry only lets them be reused). When they hold fewer,
+the init container's own CPUs cannot be proven: it is said, with what the kubelet will do. Pod-level assignments
+(kubelet 1.36 and later) cannot be rebuilt: the runtime does not show a pod's pod-level request.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple, cast
 
 from ..kubelet.cpuset import CPUSet
-from ..kubelet.policy import STATIC, Policy
+from ..kubelet.policy import STATIC, Policy, StaticPolicy, take_by_topology
 from ..kubelet.state import CPUState
 from ..node.manager import NodeManager
 from ..node.plan import Action, Plan
-from ..node.pod_views import Pair, build_views
+from ..node.pod_views import Pair, PodView, build_views
 from ..runtime.cgroups import CgroupFS
 from ..runtime.model import RUNNING
 
@@ -58,11 +66,36 @@ def rebuild_state(policy: Policy, cgroups: CgroupFS, pairs: Sequence[Pair], plan
         state.default = state.default.difference(cpus)
         plan.actions.append(Action("allocate", listed.id, listed.pod_ref, listed.pod_uid, listed.name, str(cpus),
                                    "its cgroup holds exactly its integral request, exclusively"))
+    for view in views.values():
+        _init_entries(policy, state, view, plan)
     return state
+
+
+def _init_entries(policy: Policy, state: CPUState, view: PodView, plan: Plan) -> None:
+    """The entries of ``view``'s finished init containers, from the CPUs its app containers were given (see above)."""
+    apps = CPUSet().union(*(state.entries.get(view.uid, {}).values()))
+    for init in view.model.init_containers:
+        count = view.model.guaranteed_cpus(init.name)
+        listed = view.latest[init.name][0]
+        if not count or state.get(view.uid, init.name) is not None:
+            continue
+        if len(apps) < count:
+            plan.error(listed, "init container %s/%s had %d exclusive CPU(s) and its app containers hold %d: the rest "
+                       "were its own, which no cgroup shows, so it gets no entry; the kubelet allocates %d CPU(s) for "
+                       "it afresh when it starts (and rejects the pod when fewer are free)"
+                       % (listed.pod_ref, init.name, count, len(apps), count), "rebuild")
+            continue
+        cpus = take_by_topology(policy.topology, cast(StaticPolicy, policy).options, apps.as_frozenset(), count)
+        state.set(view.uid, init.name, cpus)
+        plan.actions.append(Action("allocate", listed.id, listed.pod_ref, view.uid, init.name, str(cpus),
+                                   "finished init container: the CPUs its app containers reused"))
 
 
 def rebuild_node(manager: NodeManager) -> Plan:
     """A checkpoint from what the manager's runtime runs (``plan.after``). Writes nothing."""
     plan = Plan(CPUState(manager.policy.name))
     rebuild_state(manager.policy, manager.cgroups, manager.observe(plan), plan)
+    if manager.policy.name == STATIC and manager.store.kubelet.pod_level:
+        plan.error(None, "pod-level exclusive CPUs (podEntries) are not rebuilt: the runtime does not show a pod's "
+                   "pod-level request; the kubelet allocates them afresh when it admits such a pod again", "rebuild")
     return plan

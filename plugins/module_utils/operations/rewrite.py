@@ -135,47 +135,82 @@ def _adopt(data: Optional[bytes], policy: Policy, adopt: Optional[Adopter], kube
 
 def _static_to_static(data: bytes, state: CPUState, policy: StaticPolicy, admission: Optional[Admission],
                       kubelet: KubeletVersion) -> Rewrite:
+    # what the restarted kubelet's Topology Manager would reject when it admits the running pods again
+    rejected = {(r["pod"], r["container"]): r["reason"] for r in (
+        admission.readmission(policy, state) if admission is not None else [])}
+    by_pod = admission is not None and admission.scope == "pod"
     try:
         policy.start(state.copy())
-        return Rewrite(data, [], [], "", STATIC)  # the kubelet accepts it as it is: not a byte changes
+        if not rejected:
+            return Rewrite(data, [], [], "", STATIC)  # the kubelet accepts it as it is: not a byte changes
     except StateError:
         pass
     everything, reserved = policy.all_cpus(), policy.reserved
+
+    def why(pod: str, name: str, cpus: CPUSet) -> Optional[str]:
+        """Why the container cannot keep its CPUs (None: it can)."""
+        if not cpus.isdisjoint(reserved):
+            return "holds reserved CPU(s) %s" % cpus.intersection(reserved)
+        if not cpus.issubset(everything):
+            return "holds CPU(s) %s the kubelet no longer manages" % cpus.difference(everything)
+        return next((reason for (uid, names), reason in rejected.items() if uid == pod and (by_pod or names == name)),
+                    None)
+
     kept = CPUState(STATIC, pod_entries=state.pod_entries, baselines=state.baselines, pod_level=state.pod_level)
-    moving: List[Tuple[str, str, CPUSet]] = []
+    moving: List[Tuple[str, Dict[str, CPUSet], CPUSet, Dict[str, str]]] = []
     unfit: List[Dict[str, str]] = []
-    for pod, name, cpus in state.assignments():
-        if cpus.issubset(everything) and cpus.isdisjoint(reserved):
-            kept.set(pod, name, cpus)
-        elif pod in state.pod_entries:  # inside pod-level exclusive CPUs, which kubecpu does not move
-            unfit.append({"pod": pod, "container": name, "reason": "holds CPUs of its pod's pod-level assignment "
-                          "%s, which kubecpu does not move" % state.pod_entries[pod]})
-        else:
-            moving.append((pod, name, cpus))
+    for pod, containers in sorted(state.entries.items()):
+        for union, names in _overlapping(containers):
+            found = {name: why(pod, name, containers[name]) for name in names}
+            if all(reason is None for reason in found.values()):
+                for name in names:
+                    kept.set(pod, name, containers[name])
+                continue
+            first = next(reason for reason in found.values() if reason is not None)
+            if by_pod and any("Topology locality" in (reason or "") for reason in found.values()):
+                unfit.extend({"pod": pod, "container": name, "reason": first + "; kubecpu does not move a pod's "
+                              "containers together under the pod scope"} for name in names)
+            elif pod in state.pod_entries:  # inside pod-level exclusive CPUs, which kubecpu does not move
+                unfit.extend({"pod": pod, "container": name, "reason": "holds CPUs of its pod's pod-level assignment "
+                              "%s, which kubecpu does not move" % state.pod_entries[pod]} for name in names)
+            else:
+                moving.append((pod, {name: containers[name] for name in names}, union, {
+                    name: found[name] or "shares CPUs with a container of its pod that moves: %s" % first
+                    for name in names}))
     kept.default = everything.difference(kept.assigned()).difference(kept.pod_assigned())
     moves: List[Move] = []
-    given: Dict[Tuple[str, CPUSet], CPUSet] = {}
-    for pod, name, cpus in sorted(moving, key=lambda m: (-len(m[2]), m[0], m[1])):  # the largest first
-        why = ("holds reserved CPU(s) %s" % cpus.intersection(reserved) if not cpus.isdisjoint(reserved)
-               else "holds CPU(s) %s the kubelet no longer manages" % cpus.difference(everything))
-        if (pod, cpus) in given:  # shares its CPUs with a container of its pod moved already: shares the new ones
-            kept.set(pod, name, given[(pod, cpus)])
-            moves.append(Move(pod, name, str(cpus), str(given[(pod, cpus)]), why))
-            continue
-        size = Fraction(len(cpus))
+    for pod, members, union, reasons in sorted(moving, key=lambda m: (-len(m[2]), m[0], sorted(m[1]))):
+        size = Fraction(len(union))  # the largest first; containers whose CPUs overlap move as one
+        name = min(members)
         model = Pod(pod, "", "", (), (Container(name, size, size, Fraction(1), Fraction(1)),), GUARANTEED)
         try:
             affinity = admission.admit(policy, kept, model, name, None) if admission is not None else None
             result = policy.allocate(kept, model, name, affinity)
         except AllocationError as exc:
-            unfit.append({"pod": pod, "container": name, "reason": "needs %d CPUs: %s" % (len(cpus), exc)})
+            unfit.extend({"pod": pod, "container": member, "reason": "needs %d CPUs: %s" % (len(union), exc)}
+                         for member in sorted(members))
             continue
-        given[(pod, cpus)] = result.cpus
-        moves.append(Move(pod, name, str(cpus), str(result.cpus), why))
+        image = dict(zip(sorted(union), sorted(result.cpus)))  # each CPU's place in the new set, in order
+        for member, cpus in sorted(members.items()):
+            after = CPUSet(image[cpu] for cpu in cpus)
+            kept.set(pod, member, after)
+            moves.append(Move(pod, member, str(cpus), str(after), reasons[member]))
     if unfit:
         return Rewrite(None, [], unfit, "%d pinned container(s) cannot keep their CPU count under the new "
                        "configuration: nothing is rewritten" % len(unfit), STATIC)
     return _checked(kept, policy, sorted(moves), STATIC, kubelet)
+
+
+def _overlapping(containers: Dict[str, CPUSet]) -> List[Tuple[CPUSet, List[str]]]:
+    """A pod's containers in groups whose CPUs overlap, directly or through another member (an init container's
+    CPUs reused by its app containers): each group's CPUs and names."""
+    groups: List[Tuple[CPUSet, List[str]]] = []
+    for name, cpus in sorted(containers.items()):
+        joined = [group for group in groups if not group[0].isdisjoint(cpus)]
+        groups = [group for group in groups if group[0].isdisjoint(cpus)]
+        groups.append((cpus.union(*(group[0] for group in joined)),
+                       sorted([name] + [member for group in joined for member in group[1]])))
+    return groups
 
 
 def _checked(state: CPUState, policy: Policy, moves: List[Move], before: Optional[str],

@@ -3,9 +3,12 @@ maturity table row by row."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import cpu_option_maturity, parse_version
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import (cpu_option_maturity,
+                                                                                              flag_gates, parse_version)
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -34,3 +37,24 @@ MATURITY = {
 @pytest.mark.parametrize("option,minor,level", [(o, m, lv) for o, row in MATURITY.items() for m, lv in row.items()])
 def test_option_maturity(option, minor, level):
     assert cpu_option_maturity(option, minor) == level
+
+
+@pytest.mark.parametrize("args, want", [
+    ([], {}),
+    (["--config=/var/lib/kubelet/config.yaml", "--feature-gates=PodLevelResourceManagers=true,Foo=false"],
+     {"PodLevelResourceManagers": True, "Foo": False}),
+    (["--feature-gates", "A=T, B=0"], {"A": True, "B": False}),
+    (["--feature-gates=A=true", "--feature-gates=A=false,B=1"], {"A": False, "B": True}),  # a later value wins
+    (["--feature-gates="], {}),
+])
+def test_the_gates_of_a_kubelets_command_line(args, want):
+    assert flag_gates(args) == want
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--feature-gates=A"], 'invalid argument "A" for "--feature-gates" flag: missing bool value for A'),
+    (["--feature-gates=A=yes"], 'invalid argument "A=yes" for "--feature-gates" flag: invalid value of A: yes'),
+])
+def test_a_command_line_gate_that_is_not_a_go_bool_is_refused(args, says):
+    with pytest.raises(ConfigError, match="^" + re.escape(says) + "$"):
+        flag_gates(args)

@@ -10,7 +10,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkp
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import CPU_OPTION_HISTORY
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import ConfigError, Desired, plan_change
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import (
+    ConfigError, Desired, plan_change, running_kubelet_args)
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -182,6 +183,27 @@ VERDICTS = [
     ("CPU set changed", STATIC_CFG, Desired(), state_bytes("static", "0-31"),
      'current set of available CPUs "0-15" doesn\'t match with CPUs in state "0-31"'),
     ("corrupt file", STATIC_CFG, Desired(), b'{"policyName":"static","checksum":1}', "checkpoint is corrupted"),
+    # (No drain 2.) The old checkpoint still restores, but the restarted kubelet admits the running pods again with
+    # hints from their CPUs alone: a container across both NUMA nodes is rejected by single-numa-node and restricted
+    ("topology manager none to single-numa-node, a container across NUMA nodes", STATIC_CFG,
+     Desired(topology_manager_policy="single-numa-node"),
+     state_bytes("static", "0,2-4,6-8,10-12,14-15", {("pod-x", "app"): "1,5,9,13"}),
+     "pod pod-x container app: Resources cannot be allocated with Topology locality: topology manager policy "
+     "single-numa-node, scope container, rejects CPUs 1,5,9,13 on NUMA node(s) [0, 1]"),
+    ("topology manager none to restricted, a container across NUMA nodes", STATIC_CFG,
+     Desired(topology_manager_policy="restricted"),
+     state_bytes("static", "0,2-4,6-8,10-12,14-15", {("pod-x", "app"): "1,5,9,13"}),
+     "topology manager policy restricted, scope container, rejects CPUs 1,5,9,13"),
+    ("topology manager none to best-effort admits it", STATIC_CFG, Desired(topology_manager_policy="best-effort"),
+     state_bytes("static", "0,2-4,6-8,10-12,14-15", {("pod-x", "app"): "1,5,9,13"}), None),
+    ("single-numa-node, the container on one NUMA node", STATIC_CFG,
+     Desired(topology_manager_policy="single-numa-node"),
+     state_bytes("static", "0,3-8,11-15", {("pod-x", "app"): "1-2,9-10"}), None),
+    ("the pod scope: two containers on two NUMA nodes", STATIC_CFG,
+     Desired(topology_manager_policy="single-numa-node", topology_manager_scope="pod"),
+     state_bytes("static", "0,2-4,6-8,10-12,14-15", {("pod-x", "a"): "1,9", ("pod-x", "b"): "5,13"}),
+     "pod pod-x container a, b: Resources cannot be allocated with Topology locality: topology manager policy "
+     "single-numa-node, scope pod"),
 ]
 
 
@@ -222,3 +244,30 @@ def test_planner_never_raises_anything_but_domain_errors(options, minor, num):
     except KubecpuError:
         return
     assert plan(desired, change.config, version="1.%d" % minor).changed_keys == []
+
+
+def test_gates_on_the_kubelets_command_line_count_over_the_files():
+    """(No drain: the format.) A 1.36 kubelet started with --feature-gates=PodLevelResourceManagers=true writes V3
+    checkpoints although its file says nothing of it; a gate the configuration needs that the command line turns
+    off is refused, naming the flag."""
+    file_only = plan(Desired(num_reserved=2), version="1.36")
+    assert file_only.kubelet.writes == "v2"
+    flagged = plan_change(KUBEADM, Desired(num_reserved=2), TOPO, "1.36", state=None, state_path=STATE,
+                          flags={"PodLevelResourceManagers": True})
+    assert flagged.kubelet.writes == "v3" and "featureGates" not in flagged.config  # the file is left alone
+    with pytest.raises(ConfigError, match="the kubelet's command line sets --feature-gates=CPUManagerPolicyAlphaOptions"
+                                          "=false, which this configuration needs on"):
+        plan_change(KUBEADM, Desired(num_reserved=2, policy_options={"distribute-cpus-across-cores": "true"}), TOPO,
+                    "1.36", state=None, state_path=STATE, flags={"CPUManagerPolicyAlphaOptions": False})
+
+
+def test_the_running_kubelets_command_line_is_found_by_its_process_name(tmp_path):
+    for pid, comm, cmdline in ((7, b"systemd\n", b"/sbin/init\0"),
+                               (1234, b"kubelet\n", b"/usr/bin/kubelet\0--config=/c.yaml\0--feature-gates=A=true\0"),
+                               (99, b"containerd\n", b"containerd\0")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "comm").write_bytes(comm)
+        (tmp_path / str(pid) / "cmdline").write_bytes(cmdline)
+    (tmp_path / "self").mkdir()
+    assert running_kubelet_args(str(tmp_path)) == ["--config=/c.yaml", "--feature-gates=A=true"]
+    assert running_kubelet_args(str(tmp_path / "nonexistent")) == []

@@ -5,6 +5,7 @@ the lost one."""
 from __future__ import annotations
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.kubelet_versions import kubelet_version
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.manager import NodeManager
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
@@ -52,6 +53,48 @@ def test_overlapping_or_reserved_cpusets_are_reported_and_left_to_the_shared_poo
         "container default/pod-a/app has cpuset 3 but shares CPUs with another container: left to the shared pool",
         "container default/pod-b/app has cpuset 3 but shares CPUs with another container: left to the shared pool",
         "container default/pod-c/app has cpuset 4 but holds reserved CPU(s) 4: left to the shared pool"]
+
+
+def test_a_finished_init_container_gets_its_entry_back_from_the_cpus_its_app_container_reused(tmp_path):
+    """(No drain: rebuild.) The kubelet gave the init container 1,5 and the app container reused them: both entries
+    are in its checkpoint, and without the init container's the restarted kubelet would allocate two more CPUs for
+    it. The rebuilt file is the lost one."""
+    manager, runtime = node(tmp_path)
+    setup = runtime.add("pod-a", "setup", "Guaranteed", 2000)
+    manager.reconcile()
+    runtime.exit(setup)
+    runtime.add("pod-a", "app", "Guaranteed", 2000)
+    manager.reconcile()
+    lost = manager.read_state()
+    assert lost.entries == {"pod-a": {"setup": CPUSet.parse("1,5"), "app": CPUSet.parse("1,5")}}
+    plan = rebuild_node(manager)
+    assert plan.after == lost and plan.errors == []
+    assert ("pod-a", "setup", "1,5") in [(a.pod_uid, a.container, a.cpus) for a in plan.actions]
+
+
+def test_an_init_container_that_held_more_than_its_app_containers_is_said_with_what_the_kubelet_will_do(tmp_path):
+    manager, runtime = node(tmp_path)
+    setup = runtime.add("pod-a", "setup", "Guaranteed", 3000)
+    manager.reconcile()
+    runtime.exit(setup)
+    runtime.add("pod-a", "app", "Guaranteed", 1000)
+    manager.reconcile()
+    plan = rebuild_node(manager)
+    assert plan.after.entries == {"pod-a": {"app": manager.read_state().get("pod-a", "app")}}
+    assert [e["error"] for e in plan.errors] == [
+        "init container default/pod-a/setup had 3 exclusive CPU(s) and its app containers hold 1: the rest were its "
+        "own, which no cgroup shows, so it gets no entry; the kubelet allocates 3 CPU(s) for it afresh when it starts "
+        "(and rejects the pod when fewer are free)"]
+
+
+def test_on_a_kubelet_with_pod_level_resource_managers_the_pod_level_cpus_are_said_not_rebuilt(tmp_path):
+    manager, runtime = node(tmp_path)
+    manager.store.kubelet = kubelet_version("1.37", {"PodLevelResourceManagers": True})
+    runtime.add("pod-a", "app", "Guaranteed", 1000)
+    plan = rebuild_node(manager)
+    assert [e["error"] for e in plan.errors] == [
+        "pod-level exclusive CPUs (podEntries) are not rebuilt: the runtime does not show a pod's pod-level request; "
+        "the kubelet allocates them afresh when it admits such a pod again"]
 
 
 def test_a_none_node_rebuilds_to_the_none_file(tmp_path):

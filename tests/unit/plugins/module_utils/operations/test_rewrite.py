@@ -74,6 +74,19 @@ def test_containers_of_a_pod_that_shared_cpus_share_the_new_ones():
     assert read(result.data)["entries"]["pod-a"] == {"init": "2-3,10-11", "app": "2-3,10-11"}
 
 
+def test_containers_of_a_pod_whose_cpus_overlap_move_as_one_and_still_overlap_the_same_way():
+    """(No drain.) The init container held 1-2,9 and its app container reused 1,9; the new reservation takes CPU 1.
+    Moved one by one they would land apart (the init container's entry then holding CPUs no one reuses); they move
+    as one group: the app container's new CPUs are still inside the init container's."""
+    data = checkpoint_file("0,3-8,10-15", {"pod-a": {"setup": "1-2,9", "app": "1,9"}})
+    result = rewrite_checkpoint(data, static("0-1,8"))
+    after = decode(result.data, "static").state
+    setup, app = after.get("pod-a", "setup"), after.get("pod-a", "app")
+    assert (len(setup), len(app)) == (3, 2) and app.issubset(setup) and setup.isdisjoint(CPUSet.parse("0-1,8"))
+    assert sorted((m.container, m.cpus_before) for m in result.moves) == [("app", "1,9"), ("setup", "1-2,9")]
+    assert {m.container: m.reason for m in result.moves}["app"] == "holds reserved CPU(s) 1"
+
+
 def test_a_container_that_would_lose_cpus_stops_the_whole_rewrite():
     data = checkpoint_file("0,8", {"pod-a": {"app": "1-7,9-15"}})
     result = rewrite_checkpoint(data, static("0-1,8-9"))
@@ -89,6 +102,25 @@ def test_the_topology_manager_of_the_new_configuration_places_the_moved_containe
     result = rewrite_checkpoint(data, static("0-1,8-9"), admission=admission)
     (move,) = result.moves
     assert CPUSet.parse(move.cpus_after).issubset(CPUSet.parse("4-7,12-15"))  # socket 0 has no free core left
+
+
+def test_a_container_the_new_topology_manager_would_reject_at_the_restart_moves_onto_one_numa_node():
+    """(No drain 2.) none -> single-numa-node with pod-x across both NUMA nodes: the old file still restores, but the
+    restarted kubelet would reject pod-x (hints from its CPUs alone). The rewrite moves it onto one NUMA node and
+    keeps pod-y; the new file passes the same re-admission."""
+    data = checkpoint_file("0,3-4,6-8,11-12,14-15", {"pod-x": {"app": "1,5,9,13"}, "pod-y": {"db": "2,10"}})
+    admission = Admission(TOPO, "single-numa-node", "container", {})
+    result = rewrite_checkpoint(data, static("0,8"), admission=admission)
+    (move,) = result.moves
+    assert (move.pod_uid, move.cpus_before) == ("pod-x", "1,5,9,13") and "Topology locality" in move.reason
+    after = decode(result.data, "static").state
+    assert len({TOPO.loc[c][2] for c in after.get("pod-x", "app")}) == 1 and str(after.get("pod-y", "db")) == "2,10"
+    assert admission.readmission(static("0,8"), after) == []
+    pod_scope = Admission(TOPO, "single-numa-node", "pod", {})
+    split = checkpoint_file("0,2-4,6-8,10-12,14-15", {"pod-x": {"a": "1,9", "b": "5,13"}})
+    refused = rewrite_checkpoint(split, static("0,8"), admission=pod_scope)
+    assert refused.data is None and [u["container"] for u in refused.unfit] == ["a", "b"]
+    assert "does not move a pod's containers together" in refused.unfit[0]["reason"]
 
 
 def test_static_to_none_is_the_none_file_and_every_pinned_container_goes_back_to_all_cpus():
