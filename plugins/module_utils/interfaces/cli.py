@@ -260,11 +260,16 @@ def cmd_state(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO)
     topo = load_topology(args, stdin) if _has_topology(args) else None
     policy = _policy_for(args, topo) if topo is not None else None
     store = _store(args, policy.name if policy else args.policy)
+    if not args.reset:  # a read: no lock, no file created or rewritten (a newer kubelet's format stays as it is)
+        state = store.load_or_new()
+        if policy is not None:
+            _start(policy, state, store)
+        _emit(out, state.to_dict())
+        return 0
     with store.locked():
-        if args.reset:
-            aside = store.reset()
-            err.write("kubecpu: %s\n" % ("moved %s aside to %s" % (store.path, aside) if aside
-                                         else "%s did not exist; nothing to move aside" % store.path))
+        aside = store.reset()
+        err.write("kubecpu: %s\n" % ("moved %s aside to %s" % (store.path, aside) if aside
+                                     else "%s did not exist; nothing to move aside" % store.path))
         state = store.load_or_new()
         if policy is not None:
             _start(policy, state, store)

@@ -153,7 +153,8 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     p.add_argument("--pod-uid", required=True, metavar="UID")
     p.add_argument("--container", required=True, metavar="NAME")
 
-    p = sub.add_parser("state", help="print (and with a topology, validate) the checkpoint")
+    p = sub.add_parser("state", help="print (and with a topology, validate) the checkpoint; only --reset and "
+                                     "--rebuild write (a missing file is printed as the fresh state, not created)")
     _state_args(p)
     p.add_argument("--reset", action="store_true",
                    help="explicit recovery: move the current file aside and start from a fresh state")

@@ -88,9 +88,10 @@ class NodeManager:
         return state
 
     @contextlib.contextmanager
-    def _locked_state(self) -> Iterator[Tuple[CPUState, Plan]]:
-        """Under the state lock: the validated state and a fresh plan starting from it."""
-        with self.store.locked():
+    def _locked_state(self, apply: bool = True) -> Iterator[Tuple[CPUState, Plan]]:
+        """Under the state lock (a check takes none: the file is only ever replaced whole): the validated state and a
+        fresh plan starting from it."""
+        with self.store.locked() if apply else contextlib.nullcontext():
             state = self._load()
             yield state, Plan(state.copy())
 
@@ -121,7 +122,7 @@ class NodeManager:
         """One container's allocation recorded. ``before_commit(new state)``, under the lock before the save: writes
         that must precede the commit (the OCI hook's cgroups); if it raises (or the process is killed), nothing is."""
         pod.container(container)
-        with self._locked_state() as (state, plan):
+        with self._locked_state(apply) as (state, plan):
             result = self._allocate(state, pod, container, numa_affinity)
             plan.result = {"cpus": str(result.cpus), "exclusive": result.exclusive}
             if result.exclusive and plan.before.get(pod.uid, container) is None:
@@ -133,7 +134,7 @@ class NodeManager:
         return plan
 
     def release_entry(self, pod_uid: str, container: str, apply: bool = True) -> Plan:
-        with self._locked_state() as (state, plan):
+        with self._locked_state(apply) as (state, plan):
             held = state.get(pod_uid, container)
             plan.result = {"released": str(self.policy.remove_container(state, pod_uid, container))}
             if held is not None:
@@ -172,7 +173,7 @@ class NodeManager:
         if aside:
             raise KubeletPinsError(aside)
         calls = dict(runtime.calls)
-        with self._locked_state() as (state, plan):
+        with self._locked_state(apply) as (state, plan):
             self.cache.refresh()
             pairs = self.observe(plan)
             yield state, plan, pairs

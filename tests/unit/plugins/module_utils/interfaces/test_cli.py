@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import checksum, decode, encode
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import decode, encode
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import fingerprint
@@ -210,15 +210,21 @@ class Node:
         return decode(open(self.state, "rb").read(), "static").state
 
 
-def test_missing_state_is_created_as_the_kubelet_creates_it(tmp_path, topo_files):
+def test_state_reads_and_writes_nothing(tmp_path, topo_files):
+    """A missing file is printed as the fresh state the kubelet would start from, and not created; an existing one,
+    in a newer kubelet's format, is printed and left byte for byte (no lock file, no .prev)."""
     node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
     code, out, _err = run(["state", "--state", node.state])
     assert (code, json.loads(out)) == (0, {"policyName": "static", "defaultCpuSet": "", "entries": {}})
-    assert open(node.state, "rb").read() == b'{"policyName":"static","defaultCpuSet":"","checksum":%d}' % checksum(
-        "static", "", {})
     code, out, _err = node.run("state")
     assert json.loads(out)["defaultCpuSet"] == "0-11"  # after the policy's Start
-    assert open(node.state, "rb").read() == encode(CPUState("static", CPUSet.parse("0-11")))
+    assert os.listdir(str(tmp_path)) == [n for n in os.listdir(str(tmp_path)) if not n.startswith("cpu_manager_state")]
+    node.run("allocate", "--pod", node.pod("u", [("a", "2")]), "--container", "a", "--kubelet-version", "1.38")
+    written = open(node.state, "rb").read()
+    listed = sorted(os.listdir(str(tmp_path)))
+    code, out, _err = node.run("state")
+    assert code == 0 and json.loads(out)["entries"] == {"u": {"a": "2,8"}}
+    assert open(node.state, "rb").read() == written and sorted(os.listdir(str(tmp_path))) == listed
 
 
 def test_allocate_release_cycle(tmp_path, topo_files):
@@ -239,7 +245,8 @@ def test_allocate_release_cycle(tmp_path, topo_files):
 
 def test_refusals_leave_the_file_unchanged(tmp_path, topo_files):
     node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
-    node.run("state")
+    with open(node.state, "wb") as handle:
+        handle.write(encode(CPUState("static", CPUSet.parse("0-11"))))
     before = open(node.state, "rb").read()
     big = node.pod("uid-big", [("app", "12")])
     code, out, err = node.run("allocate", "--pod", big, "--container", "app")
@@ -293,7 +300,6 @@ def test_none_policy(tmp_path, topo_files):
 
 def test_read_only_state(tmp_path, topo_files):
     node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
-    node.run("state")
     code, _out, err = node.run("allocate", "--pod", node.pod("u", [("a", "2")]), "--container", "a", "--read-only")
     assert code == 1 and "read-only" in err
     assert node.run("state", "--read-only")[0] == 0
@@ -454,6 +460,7 @@ def test_housekeeping_beside_a_kubelet_that_pins_follows_its_checkpoint(tmp_path
     doc = json.loads(out)
     assert code == 0 and doc["housekeeping"]["kept_off"] == "6-7" and doc["applied"] is False
     assert affinity(irq, 24) == "0-7" and not os.path.exists(tmp_path / "own.irq.json")
+    assert sorted(os.listdir(str(tmp_path))) == ["cpu_manager_state", "machine"]  # no lock file either
     code, out, _err = run(argv)
     doc = json.loads(out)
     assert code == 0 and doc["changed"] and [u["irq"] for u in doc["housekeeping"]["updated"]] == ["24", "30", "default"]
