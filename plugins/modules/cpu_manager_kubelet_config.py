@@ -216,6 +216,12 @@ rewritten_state:
   returned: when O(state_rewrite)
   type: str
   sample: '{"policyName":"static","defaultCpuSet":"0-1,5-9,13-15","entries":{"pod-a":{"app":"3,11"}},"checksum":1}'
+kubelet_args:
+  description: The kubelet command line whose C(--feature-gates) counted (O(kubelet_args), or the running kubelet's).
+  returned: success
+  type: list
+  elements: str
+  version_added: 0.6.0
 planned_from:
   description:
     - With O(state_rewrite), the fingerprint of the checkpoint the rewrite was planned from (C(sha256:<hex>) of its
@@ -315,7 +321,7 @@ def plan(module: AnsibleModule) -> dict:
     args = params["kubelet_args"] if params["kubelet_args"] is not None else running_kubelet_args()
     change = plan_change(params["config"], desired, topo, params["kubelet_version"], state=state,
                          state_path=params["state_path"], flags=flag_gates(args))
-    result = dict(changed=False, **change.to_dict(params["state_path"]))
+    result = dict(changed=False, kubelet_args=args, **change.to_dict(params["state_path"]))
     if params["state_rewrite"]:
         settings = dict(params, **change.settings())
         adopt = adopter(node_config(settings, read_only=True), topo) if settings["policy"] == "static" else None

@@ -7,8 +7,8 @@ import re
 
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import (cpu_option_maturity,
-                                                                                              flag_gates, parse_version)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import cpu_option_maturity
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import flag_gates, parse_version
 
 
 @pytest.mark.parametrize("text,expected", [
