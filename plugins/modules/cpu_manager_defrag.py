@@ -85,24 +85,18 @@ EXAMPLES = r"""
       {{ defrag.moves | length }} move(s): largest whole-core request on one NUMA node
       {{ defrag.before.largest_single_numa_whole_cores }} -> {{ defrag.after.largest_single_numa_whole_cores }} CPUs
 
-- name: On a kubelet node, plan on the kubelet's own checkpoint (read only)
+- name: On a kubelet node, plan on the kubelet's own checkpoint (only ever read while the kubelet runs)
   kubecpu.cpu_manager.cpu_manager_defrag:
     state_path: /var/lib/kubelet/cpu_manager_state
     reserved_cpus: "0,32"
     runtime: cri
   register: kubelet_defrag
 
-- name: With the kubelet stopped, write it (only if the file is still the one planned from) and push the moves
-  kubecpu.cpu_manager.cpu_manager_checkpoint:
-    action: write
-    content: "{{ kubelet_defrag.rewritten_state }}"
-    planned_from: "{{ kubelet_defrag.planned_from }}"
-    state_path: /var/lib/kubelet/cpu_manager_state
-    reserved_cpus: "0,32"
-    kubelet_stopped: true
-    push: true
-    runtime: cri
-  when: kubelet_defrag.rewritten_state is not none
+- name: Say what to write with the kubelet stopped (cpu_manager_checkpoint action=write, with this planned_from)
+  ansible.builtin.debug:
+    msg: >-
+      {{ 'nothing to move' if kubelet_defrag.rewritten_state is none
+         else kubelet_defrag.rewritten_state ~ ' planned from ' ~ kubelet_defrag.planned_from }}
 """
 
 RETURN = r"""
