@@ -46,8 +46,8 @@ options:
     description:
       - Number of reserved CPUs, chosen by topology as the kubelet does (lowest whole cores first) unless
         O(reserved_cpus) lists them.
-      - A zero reservation under V(static) is refused for runtime work (the shared pool could become empty,
-        which the kubelet's own state validation rejects).
+      - Under V(static) some CPU must be reserved (O(reserved_cpus) or O(num_reserved)); none at all is refused
+        with the kubelet's own words, as the kubelet refuses to start so (the shared pool could become empty).
     type: int
   policy_options:
     description:

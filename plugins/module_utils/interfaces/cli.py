@@ -62,8 +62,9 @@ def _has_topology(args: argparse.Namespace) -> bool:
 
 
 def _policy_for(args: argparse.Namespace, topo: Topology) -> Policy:
-    return build_policy(topo, args.policy, args.reserved_cpus, args.num_reserved, parse_option_args(args.option),
-                        what="--reserved-cpus", kubelet_minor=node_config(args).kubelet.minor)
+    config = node_config(args)
+    return build_policy(topo, args.policy, args.reserved_cpus, config.num_reserved, parse_option_args(args.option),
+                        what="--reserved-cpus", kubelet_minor=config.kubelet.minor)
 
 
 def _affinity(topo: Topology, nodes: Optional[CPUSet]) -> Optional[List[int]]:

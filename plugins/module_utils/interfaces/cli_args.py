@@ -9,6 +9,7 @@ imported only when their sub-commands are built)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
@@ -18,7 +19,7 @@ from ..kubelet.options import ALL_OPTIONS, parse_option_args
 from ..kubelet.policy import POLICY_NAMES, STATIC
 from ..kubelet.topology_manager import POLICIES, SCOPES
 from ..node.config import (DEFAULT_CGROUP_ROOT, DEFAULT_STATE_PATH, IRQ_MODES, ISOLATED_MODES, KUBELET_STATE_PATH,
-                           QUOTA_MODES, RUNTIMES, NodeConfig)
+                           QUOTA_MODES, RUNTIMES, ManagerOptions, NodeConfig)
 from ..runtime.model import DEFAULT_TIMEOUT
 
 TYPE_CHECKING = False
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 Command = Callable[["argparse.Namespace", TextIO, TextIO, TextIO], int]
 
 VERSION = "0.3.0"
+DEFAULT_NUM_RESERVED = 1  # every sub-command's --num-reserved when --reserved-cpus does not list them either
 
 
 def _bad_value(message: str) -> Exception:
@@ -73,7 +75,8 @@ def _state_args(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint file (default %(default)s)")
     parser.add_argument("--policy", choices=POLICY_NAMES, default=STATIC, help="CPU manager policy")
     parser.add_argument("--num-reserved", type=_count_arg, metavar="N",
-                        help="number of reserved CPUs, chosen by topology unless --reserved-cpus lists them")
+                        help="number of reserved CPUs, chosen by topology unless --reserved-cpus lists them "
+                             "(default %d; the static policy refuses 0, as the kubelet does)" % DEFAULT_NUM_RESERVED)
     parser.add_argument("--reserved-cpus", type=_cpuset_arg, metavar="CPUSET",
                         help="explicit reserved CPUs (alone, implies --num-reserved)")
     parser.add_argument("--read-only", action="store_true",
@@ -163,7 +166,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     p.add_argument("--kubelet-stopped", action="store_true",
                    help="the kubelet is stopped: its own checkpoint may be rebuilt or reset")
     p.add_argument("--check", action="store_true", help="with --rebuild, print the file it would write")
-    _runtime_args(p)
+    _runtime_args(p, manager=False)
 
     p = sub.add_parser("reconcile", help="one reconcile pass against the container runtime (or --loop: the agent)")
     _state_args(p)
@@ -179,7 +182,8 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     p = sub.add_parser("housekeeping", help="beside a kubelet that pins CPUs itself: keep device interrupts (and "
                        "irqbalance) off the CPUs its checkpoint assigns exclusively (or --loop: as a service)")
     _state_args(p)
-    _runtime_args(p)
+    _runtime_args(p, kubelet_state="the kubelet's checkpoint: interrupts are kept off the CPUs it assigns "
+                  "exclusively")
     p.set_defaults(irq_isolation="exclusive")
     p.add_argument("--loop", action="store_true", help="a pass every --period (and when a container cgroup comes or "
                    "goes) until SIGTERM")
@@ -218,7 +222,9 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="discover this node and show what the static policy gives sample pods")
     _topology_args(p)
     _policy_args(p)
-    p.add_argument("--num-reserved", type=_count_arg, default=1, metavar="N", help="reserved CPUs (default 1)")
+    p.add_argument("--num-reserved", type=_count_arg, default=DEFAULT_NUM_RESERVED, metavar="N",
+                   help="number of reserved CPUs, chosen by topology (default %d; the static policy refuses 0, as "
+                        "the kubelet does)" % DEFAULT_NUM_RESERVED)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
@@ -262,7 +268,13 @@ def _seconds_arg(text: str) -> float:
         raise _bad_value('invalid timeout "%s": seconds expected' % text) from None
 
 
-def _runtime_args(parser: argparse.ArgumentParser) -> None:
+KUBELET_STATE_HELP = ("the kubelet's checkpoint: while it says static, kubecpu steps aside (commands refuse; the hook, "
+                      "the agent and the NRI plugin pin nothing) unless --force")
+
+
+def _runtime_args(parser: argparse.ArgumentParser, *, manager: bool = True,
+                  kubelet_state: str = KUBELET_STATE_HELP) -> None:
+    """The runtime's flags and (``manager``) the node manager's options beyond the kubelet."""
     parser.add_argument("--runtime", choices=RUNTIMES, default="crictl", help="runtime backend (default crictl)")
     parser.add_argument("--runtime-endpoint", metavar="URL",
                         help="CRI endpoint, e.g. unix:///run/containerd/containerd.sock (default: what crictl uses)")
@@ -272,9 +284,14 @@ def _runtime_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cgroup-root", default=DEFAULT_CGROUP_ROOT, metavar="DIR",
                         help="cgroupfs mount (default %(default)s)")
     parser.add_argument("--kubelet-state", default=KUBELET_STATE_PATH, metavar="FILE",
-                        help="the kubelet's checkpoint: kubecpu refuses to act when it says static")
+                        help="%s (default %%(default)s)" % kubelet_state)
     parser.add_argument("--force", action="store_true", help="act even though the kubelet pins CPUs itself")
     parser.add_argument("--cache", metavar="FILE", help="container cache (default <state>.containers.json)")
+    if manager:
+        _manager_args(parser)
+
+
+def _manager_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--isolated-cpus", choices=ISOLATED_MODES, default="ignore",
                         help="take exclusive CPUs from the isolcpus set first (prefer) or only (only)")
     parser.add_argument("--align-memory", action="store_true",
@@ -282,8 +299,8 @@ def _runtime_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-quota", choices=QUOTA_MODES, default="keep",
                         help="unlimited: no CFS quota for exclusively pinned containers and their pods")
     parser.add_argument("--besteffort-idle", action="store_true",
-                        help="cpu.idle = 1 for BestEffort containers, their pods and QoS cgroup (cgroup v2, kernel "
-                        "5.15 or newer): they only take what nobody else wants")
+                        help="cpu.idle = 1 for each BestEffort pod's cgroup (cgroup v2, kernel 5.15 or newer): its "
+                        "containers only take what nobody else wants")
     parser.add_argument("--irq-isolation", choices=IRQ_MODES, default="off",
                         help="exclusive: keep device interrupts (and irqbalance) off the CPUs held exclusively; "
                         "annotated: only off those of pods annotated irq-load-balancing.kubecpu.io: disable")
@@ -343,8 +360,11 @@ _SETTING_NAMES = {"state": "state_path", "topology": "topology_path", "crictl": 
 
 
 def node_config(args: argparse.Namespace) -> NodeConfig:
-    """The flags as the node's settings (``NodeConfig`` validates each)."""
+    """The flags as the node's settings (``NodeConfig`` validates each); without --num-reserved and --reserved-cpus,
+    ``DEFAULT_NUM_RESERVED`` CPUs are reserved."""
     values = {_SETTING_NAMES.get(name, name): value for name, value in vars(args).items()}
+    if "num_reserved" in values and values["num_reserved"] is None and not values.get("reserved_cpus"):
+        values["num_reserved"] = DEFAULT_NUM_RESERVED
     values["policy_options"] = parse_option_args(getattr(args, "option", []))
     values["topology_manager_policy_options"] = parse_option_args(getattr(args, "topology_manager_option", []))
     values["feature_gates"] = feature_gates(getattr(args, "feature_gate", []))
@@ -377,16 +397,29 @@ def run_command(parser: argparse.ArgumentParser, commands: Mapping[str, Command]
     return exit_code(parsed_and_run, err)
 
 
+_OPTION_NAMES = ("time_budget", "max_moves")  # the modules' own options that the core's errors name
+
+
+def as_flags(text: str) -> str:
+    """An error's module option names (``reserved_cpus``) as the command line's flags (``--reserved-cpus``)."""
+    flag_of = dict({setting: flag for flag, setting in _SETTING_NAMES.items()}, policy_options="option",
+                   topology_manager_options="topology_manager_option", feature_gates="feature_gate")
+    names = {name: "--" + flag_of.get(name, name).replace("_", "-")
+             for name in NodeConfig._fields + ManagerOptions._fields + _OPTION_NAMES if "_" in name}
+    pattern = r"\b(%s)\b" % "|".join(sorted(names, key=len, reverse=True))
+    return re.sub(pattern, lambda match: names[match.group(1)], text)
+
+
 def exit_code(call: Callable[[], int], err: TextIO) -> int:
     """``call``'s exit code; a configuration or usage error is exit 2, any other domain error exit 1, each one line
     on ``err``."""
     try:
         return call()
     except ConfigError as exc:
-        err.write("%s\n" % exc)
+        err.write("%s\n" % as_flags(str(exc)))
         return 2
     except KubecpuError as exc:
-        err.write("%s\n" % exc)
+        err.write("%s\n" % as_flags(str(exc)))
         return 1
     except KeyboardInterrupt:
         err.write("interrupted\n")

@@ -19,6 +19,10 @@ from .pod import Pod
 from .state import CPUState
 from .topology import Topology
 
+# cpu_manager.go's refusal of the static policy without a node-allocatable CPU reservation (ALGORITHM.md section 3)
+ZERO_RESERVATION = ("[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than "
+                    "zero")
+
 STATIC = "static"
 NONE = "none"
 POLICY_NAMES = (STATIC, NONE)

@@ -258,9 +258,13 @@ def _hint(doc: Any, where: str) -> TopologyHint:
 
 
 def parse_providers(doc: Any, where: str = "hints") -> List[Optional[Dict[str, Optional[List[TopologyHint]]]]]:
-    """The providers' answers (Go []map[string][]TopologyHint) from JSON, every value checked."""
+    """The providers' answers (Go []map[string][]TopologyHint) from JSON, every value checked; or what ``hints``
+    prints (``{"hints": [...]}``), the CPU manager's answer alone."""
+    if isinstance(doc, dict) and set(doc) == {"hints"}:
+        doc = [{"cpu": doc["hints"]}]
     if not isinstance(doc, list):
-        raise TopologyManagerError("%s: expected a JSON list with one element per hint provider" % where)
+        raise TopologyManagerError("%s: expected a JSON list with one element per hint provider, or what "
+                                   "hints prints ({\"hints\": [...]})" % where)
     providers: List[Optional[Dict[str, Optional[List[TopologyHint]]]]] = []
     for index, provider in enumerate(doc):
         if provider is None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-from ..errors import ConfigError, KubeletPinsError, SafetyError, TopologyError
+from ..errors import ConfigError, KubeletPinsError, PolicyError, TopologyError
 from ..kubelet import discovery
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.kubelet_versions import DEFAULT
 from ..kubelet.options import parse_options
-from ..kubelet.policy import STATIC, Policy, StaticPolicy, new_policy
+from ..kubelet.policy import STATIC, ZERO_RESERVATION, Policy, StaticPolicy, new_policy
 from ..kubelet.topology import Topology
 from ..runtime.cgroups import CgroupFS
 from ..runtime.container_cache import ContainerCache
@@ -41,13 +41,16 @@ def check_cpus_known(topo: Topology, cpus: CPUSet, what: str) -> None:
 def build_policy(topo: Topology, name: str, reserved: Optional[CPUSet], num_reserved: Optional[int],
                  options: Optional[Mapping[str, str]], *, what: str = "reserved CPUs",
                  kubelet_minor: int = DEFAULT.minor) -> Policy:
-    """The kubelet's rules: an explicit list alone implies the count; with a count the two must agree. The
-    allocation follows kubelet 1.<kubelet_minor> (docs/VERSIONS_IN_KUBECPU.md)."""
+    """The kubelet's rules: an explicit list alone implies the count; with a count the two must agree; none at all
+    is refused with the kubelet's words. The allocation follows kubelet 1.<kubelet_minor>
+    (docs/VERSIONS_IN_KUBECPU.md)."""
     if name != STATIC:
         return new_policy(name, topo, raw_options=options)
     if reserved:
         check_cpus_known(topo, reserved, what)
     count = num_reserved if num_reserved is not None else (len(reserved) if reserved else 0)
+    if count == 0:  # the kubelet's CPU manager refuses to start so (it would let the shared pool run empty)
+        raise PolicyError(ZERO_RESERVATION + " (set reserved_cpus or num_reserved)")
     parsed = parse_options(options)._replace(kubelet_minor=kubelet_minor)
     return StaticPolicy(topo, count, reserved, parsed)
 
@@ -76,13 +79,6 @@ def check_kubelet_policy(path: str = KUBELET_PATH, force: bool = False) -> Optio
     return recorded_policy(path)
 
 
-def check_reservation(policy: Policy) -> None:
-    if policy.name == STATIC and not policy.reserved:
-        raise SafetyError("the static policy needs at least one reserved CPU when it manages running containers: "
-                          "with none, allocations can empty the shared pool and the state stops validating "
-                          "(\"default cpuset cannot be empty\"); set reserved_cpus or num_reserved")
-
-
 def build_manager(config: NodeConfig, with_runtime: bool = False, topology: Optional[Topology] = None,
                   runtime: Optional[Runtime] = None, checks: bool = True, *, service: bool = False) -> NodeManager:
     """The manager. One that acts through a runtime first checks that it may (``checks``): a command refuses at once
@@ -96,7 +92,6 @@ def build_manager(config: NodeConfig, with_runtime: bool = False, topology: Opti
     if with_runtime and checks:
         if not service:
             check_kubelet_policy(config.kubelet_state_path, config.force)
-        check_reservation(policy)
     if with_runtime and runtime is None:
         runtime = build_runtime(config)
     manager = NodeManager(topo, policy, store, runtime, cgroups=CgroupFS(config.cgroup_root), cache=cache,

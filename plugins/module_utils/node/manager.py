@@ -75,9 +75,8 @@ class NodeManager:
         if self.runtime is not None:
             self.runtime.close()
 
-    def read_state(self) -> CPUState:
-        with self.store.locked():
-            return self._load()
+    def read_state(self) -> CPUState:  # no lock: the file is only ever replaced whole
+        return self._load()
 
     def _load(self) -> CPUState:
         state = self.store.load_or_new()

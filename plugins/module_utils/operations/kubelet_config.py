@@ -23,7 +23,7 @@ from ..kubelet.cpuset import CPUSet
 from ..kubelet.feature_gates import NEWEST, check_existing_gates, cpu_gates, parse_version, topology_gates
 from ..kubelet.kubelet_versions import DEFAULT, KubeletVersion, clamped
 from ..kubelet.options import PolicyOptions, go_map_repr, option_strings, parse_options, validate_for_machine
-from ..kubelet.policy import NONE, STATIC, new_policy, take_by_topology
+from ..kubelet.policy import NONE, STATIC, ZERO_RESERVATION, new_policy, take_by_topology
 from ..kubelet.quantity import parse_quantity
 from ..kubelet.reservation import plan_reservation
 from ..kubelet.state import CPUState
@@ -234,8 +234,7 @@ def plan_change(current: Mapping[str, Any], desired: Desired, topo: Topology, ve
         if not reserved.issubset(topo.all_cpus):
             raise ConfigError("reserved-cpus: %s is not a subset of online-cpus: %s" % (reserved, topo.all_cpus))
     if desired.policy == STATIC and not reserved:
-        raise ConfigError("[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be "
-                          "greater than zero (set reserved_cpus or num_reserved)")
+        raise ConfigError(ZERO_RESERVATION + " (set reserved_cpus or num_reserved)")
 
     new = copy.deepcopy(dict(current))
     new.setdefault("apiVersion", "kubelet.config.k8s.io/v1beta1")

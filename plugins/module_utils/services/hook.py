@@ -140,7 +140,7 @@ class Hook:
 
     def _allocate(self, hooked: HookedContainer) -> HookResult:
         """Under the lock: the policy's allocation recorded, the cgroup written, the overlapping containers moved."""
-        from ..node.factory import build_policy, check_reservation, load_topology  # noqa: PLC0415
+        from ..node.factory import build_policy, load_topology  # noqa: PLC0415
         from ..node.manager import NodeManager  # noqa: PLC0415  # only an allocation needs the policy
         from ..node.pod_views import lone_pod  # noqa: PLC0415
 
@@ -148,7 +148,6 @@ class Hook:
         topology = load_topology(config)
         policy = build_policy(topology, config.policy, config.reserved_cpus, config.num_reserved,
                               config.policy_options, kubelet_minor=config.kubelet.minor)
-        check_reservation(policy)
         manager = NodeManager(topology, policy, self.store, None, cgroups=self.cgroups, options=config.options,
                               sysfs_root=config.sysfs_root)
         moved: List[str] = []

@@ -127,6 +127,9 @@ def test_static_policy_allocate_cases_through_the_cli(case, topo_files, tmp_path
         argv += ["--numa-affinity", ",".join(map(str, case["topology_hint"]["numa"]))]
     code, out, err = run(argv)
     expected = case["expected"]
+    if not policy.reserved:  # the kubelet's manager refuses the static policy with nothing reserved, and so does kubecpu
+        assert (code, err.strip()) == (2, ZERO_RESERVED_CLI) and state_path.read_bytes() == before
+        return
     if expected["error"]:
         assert (code, err.strip()) == (1, expected["error"])
         assert state_path.read_bytes() == before
@@ -284,7 +287,9 @@ def test_reservation_rules(tmp_path, topo_files):
     code, out, _err = node.run("state", "--reserved-cpus", "0-1", "--option", "strict-cpu-reservation")
     assert code == 0 and json.loads(out)["defaultCpuSet"] == "2-11"
     (tmp_path / "zero").mkdir()
-    assert Node(tmp_path / "zero", topo_files).run("state", "--num-reserved", "0")[0] == 0  # as the policy accepts
+    assert Node(tmp_path / "zero", topo_files).run("state", "--num-reserved", "0")[:3:2] == (2, ZERO_RESERVED_CLI + "\n")
+    code, out, _err = Node(tmp_path / "zero", topo_files).run("state")
+    assert code == 0 and json.loads(out)["defaultCpuSet"] == "0-11"  # by default one CPU reserved (CPU 0)
 
 
 def test_none_policy(tmp_path, topo_files):
@@ -350,6 +355,10 @@ def test_state_rebuild_from_the_runtime_keeps_the_lost_file(tmp_path):
     assert run(argv + ["--reset"])[0] == 2
 
 
+ZERO_RESERVED_CLI = ("[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than "
+                     "zero (set --reserved-cpus or --num-reserved)")
+
+
 def _split_node(tmp_path):
     """The crictl stand-in on 8 single-thread CPUs in two NUMA nodes (0-3, 4-7), prod/web/main pinned across both."""
     crictl = make_node(str(tmp_path / "node"), cpus="0-7")
@@ -409,12 +418,23 @@ def test_defrag_keeps_a_container_on_the_numa_node_of_its_pinned_memory(tmp_path
     assert code != 0 and "memory_manager_state: not a memory manager checkpoint" in err
 
 
+def test_the_checks_create_and_rewrite_nothing(tmp_path):
+    _crictl, state, common = _split_node(tmp_path)
+    before = {name: (tmp_path / name).read_bytes() for name in os.listdir(str(tmp_path))
+              if (tmp_path / name).is_file()}
+    for argv in (["defrag", "--check"], ["reconcile", "--check"], ["state"]):
+        assert run(argv + common)[0] == 0, argv
+        after = {name: (tmp_path / name).read_bytes() for name in os.listdir(str(tmp_path))
+                 if (tmp_path / name).is_file()}
+        assert after == before, argv  # no lock, no cache, no state written
+
+
 def test_defrag_says_whether_its_packing_is_proven_best_within_its_time_budget(tmp_path):
     _crictl, _state, common = _split_node(tmp_path)
     code, out, _err = run(["defrag", "--check", "--time-budget", "5s"] + common)
     assert code == 0 and (json.loads(out)["proven_best"], json.loads(out)["planner"]) == (True, "exact")
     for budget, says in (("0s", 'argument --time-budget: invalid duration "0s"'),
-                         ("11m", "time_budget must be more than 0 and at most 600 seconds, got 660.0")):
+                         ("11m", "--time-budget must be more than 0 and at most 600 seconds, got 660.0")):
         code, _out, err = run(["defrag", "--check", "--time-budget", budget] + common)
         assert code == 2 and says in err
 

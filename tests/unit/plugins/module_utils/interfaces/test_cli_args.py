@@ -70,3 +70,38 @@ def test_bad_configuration_files(tmp_path, content, message):
         path.write_text(content)
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
         cli_args.config_arguments(str(path))
+
+
+def _help(command):
+    parser = cli_args.build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args([command, "--help"])
+
+
+@pytest.mark.parametrize("command", ["allocate", "release", "state", "reconcile", "housekeeping", "defrag", "nri",
+                                     "hook", "demo"])
+def test_every_help_shows_the_same_num_reserved_default(command, capsys):
+    _help(command)
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--num-reserved" in text and "(default 1" in text and "the static policy refuses 0" in text
+
+
+def test_state_lists_no_flag_it_ignores_and_housekeeping_says_what_it_does_with_the_kubelets_file(capsys):
+    _help("state")
+    text = capsys.readouterr().out
+    assert not any(flag in text for flag in ("--irq-isolation", "--cpu-burst", "--besteffort-idle", "--cpu-quota",
+                                             "--isolated-cpus", "--align-memory", "--topology-manager-policy"))
+    _help("housekeeping")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "refuses to act" not in text and "interrupts are kept off the CPUs it assigns exclusively" in text
+
+
+@pytest.mark.parametrize("text, want", [
+    ("set reserved_cpus or num_reserved", "set --reserved-cpus or --num-reserved"),
+    ("time_budget must be more than 0", "--time-budget must be more than 0"),
+    ("state_path and kubelet_state_path", "--state and --kubelet-state"),
+    ("policy_options and feature_gates", "--option and --feature-gate"),
+    ("the static policy, kubelet_reserved_cpus", "the static policy, kubelet_reserved_cpus"),  # words stay words
+])
+def test_a_cli_error_names_flags_not_module_options(text, want):
+    assert cli_args.as_flags(text) == want

@@ -138,3 +138,16 @@ def test_restricted_refuses_when_the_device_node_cannot_hold_the_cpus(tmp_path):
     code, _out, err = _allocate(tmp_path, _pod("three", 3), "app", "--topology-manager-policy", "restricted",
                                 "--numa-affinity", "1")
     assert code == 1 and "Resources cannot be allocated with Topology locality" in err
+
+
+def test_what_hints_prints_is_what_merge_reads(tmp_path):
+    """The pipe a user builds: ``hints`` for a container, its output straight into ``merge``."""
+    topo = tmp_path / "topology.json"
+    topo.write_text(json.dumps(generated(2, 2, 2).to_dict()))  # 2 NUMA nodes: CPUs 0-1,4-5 and 2-3,6-7
+    code, out, _err = run(["hints", "--topology", str(topo), "--available", "1-3,5-7", "--count", "2"])
+    assert code == 0
+    printed = tmp_path / "hints.json"
+    printed.write_text(out)
+    code, out, err = run(["merge", "--policy", "single-numa-node", "--numa-nodes", "0,1", "--hints", str(printed)])
+    assert code == 0, err
+    assert json.loads(out) == {"numa_affinity": [0], "preferred": True, "admit": True}

@@ -7,13 +7,11 @@ import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import KubeletPinsError, PolicyError, SafetyError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import TopologyError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import NodeConfig
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.factory import (build_manager, build_policy,
                                                                                        build_runtime,
                                                                                        check_kubelet_policy,
-                                                                                       check_reservation,
                                                                                        recorded_policy)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.crictl import CrictlRuntime
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated_cpus
@@ -24,7 +22,7 @@ TOPO = Topology(generated_cpus(2, 2, 2))
 @pytest.mark.parametrize("reserved, count, want", [
     ("0,4", None, "0,4"),  # a list alone implies the count
     (None, 2, "0,4"),  # a count alone: chosen by topology (a whole core)
-    ("1", 1, "1"), (None, None, ""),
+    ("1", 1, "1"),
 ])
 def test_the_kubelets_reservation_rules(reserved, count, want):
     policy = build_policy(TOPO, "static", reserved and CPUSet.parse(reserved), count, {})
@@ -59,10 +57,16 @@ def test_refusals(tmp_path):
     assert check_kubelet_policy(str(kubelet), force=True) == "static"
     kubelet.write_text('{"policyName":"none","defaultCpuSet":"","checksum":0}')
     assert check_kubelet_policy(str(kubelet)) == "none"
-    with pytest.raises(SafetyError, match="reserved CPU"):
-        check_reservation(new_policy("static", TOPO, 0))
-    check_reservation(new_policy("static", TOPO, 1))
-    check_reservation(new_policy("none", TOPO))
+
+
+def test_the_static_policy_without_a_reservation_is_refused_with_the_kubelets_words():
+    for reserved, count in ((None, None), (None, 0), (CPUSet(), 0)):
+        with pytest.raises(PolicyError, match=r"^\[cpumanager\] the static policy requires systemreserved.cpu \+ "
+                                              r"kubereserved.cpu to be greater than zero \(set reserved_cpus or "
+                                              r"num_reserved\)$"):
+            build_policy(TOPO, "static", reserved, count, None)
+    assert build_policy(TOPO, "static", None, 1, None).reserved
+    assert build_policy(TOPO, "none", None, None, None).name == "none"
 
 
 def test_the_settings_name_the_backend():
