@@ -40,16 +40,17 @@ def check_cpus_known(topo: Topology, cpus: CPUSet, what: str) -> None:
 
 def build_policy(topo: Topology, name: str, reserved: Optional[CPUSet], num_reserved: Optional[int],
                  options: Optional[Mapping[str, str]], *, what: str = "reserved CPUs",
-                 kubelet_minor: int = DEFAULT.minor) -> Policy:
+                 kubelet_minor: int = DEFAULT.minor, unreserved: bool = False) -> Policy:
     """The kubelet's rules: an explicit list alone implies the count; with a count the two must agree; none at all
-    is refused with the kubelet's words. The allocation follows kubelet 1.<kubelet_minor>
+    is refused with the kubelet's words, except for a reader that only shows a checkpoint (``unreserved``: the
+    report of a node whose kubelet configuration cannot be read). The allocation follows kubelet 1.<kubelet_minor>
     (docs/VERSIONS_IN_KUBECPU.md)."""
     if name != STATIC:
         return new_policy(name, topo, raw_options=options)
     if reserved:
         check_cpus_known(topo, reserved, what)
     count = num_reserved if num_reserved is not None else (len(reserved) if reserved else 0)
-    if count == 0:  # the kubelet's CPU manager refuses to start so (it would let the shared pool run empty)
+    if count == 0 and not unreserved:  # the kubelet's CPU manager refuses to start so (the shared pool could empty)
         raise PolicyError(ZERO_RESERVATION + " (set reserved_cpus or num_reserved)")
     parsed = parse_options(options)._replace(kubelet_minor=kubelet_minor)
     return StaticPolicy(topo, count, reserved, parsed)
@@ -86,7 +87,7 @@ def build_manager(config: NodeConfig, with_runtime: bool = False, topology: Opti
     while the kubelet pins (``NodeManager.steps_aside``)."""
     topo = topology or load_topology(config)
     policy = build_policy(topo, config.policy, config.reserved_cpus, config.num_reserved, config.policy_options,
-                          kubelet_minor=config.kubelet.minor)
+                          kubelet_minor=config.kubelet.minor, unreserved=not with_runtime)  # without one: a reader
     store = StateStore(config.state_path, policy.name, read_only=config.read_only or None, kubelet=config.kubelet)
     cache = ContainerCache(config.cache_path or store.path + ".containers.json", read_only=store.read_only)
     if with_runtime and checks:

@@ -66,6 +66,7 @@ def test_the_static_policy_without_a_reservation_is_refused_with_the_kubelets_wo
                                               r"num_reserved\)$"):
             build_policy(TOPO, "static", reserved, count, None)
     assert build_policy(TOPO, "static", None, 1, None).reserved
+    assert not build_policy(TOPO, "static", None, None, None, unreserved=True).reserved  # a reader (the report)
     assert build_policy(TOPO, "none", None, None, None).name == "none"
 
 
