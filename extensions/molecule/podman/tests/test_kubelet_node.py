@@ -35,7 +35,7 @@ def test_every_replaced_checkpoint_is_kept(host):
     assert json.loads(host.file(first).content_string)["policyName"] == "none"
     assert host.file(first).mode == 0o600
     written = host.check_output("ls /var/lib/kubelet | grep -c '^cpu_manager_state\\.write-'")
-    assert written == "6"  # cpu_manager_checkpoint keeps the file each rewrite replaced too
+    assert written == "7"  # cpu_manager_checkpoint keeps the file each rewrite replaced too (the rolled-back one too)
     state = json.loads(host.file("/var/lib/kubelet/cpu_manager_state").content_string)
     assert state["policyName"] == "static" and state["defaultCpuSet"] == "0-1"
 
