@@ -167,7 +167,7 @@ def _static_to_static(data: bytes, state: CPUState, policy: StaticPolicy, admiss
                     kept.set(pod, name, containers[name])
                 continue
             first = next(reason for reason in found.values() if reason is not None)
-            if by_pod and any("Topology locality" in (reason or "") for reason in found.values()):
+            if by_pod and any(uid == pod for uid, _names in rejected):
                 unfit.extend({"pod": pod, "container": name, "reason": first + "; kubecpu does not move a pod's "
                               "containers together under the pod scope"} for name in names)
             elif pod in state.pod_entries:  # inside pod-level exclusive CPUs, which kubecpu does not move

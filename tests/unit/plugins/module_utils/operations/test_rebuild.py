@@ -55,16 +55,22 @@ def test_overlapping_or_reserved_cpusets_are_reported_and_left_to_the_shared_poo
         "container default/pod-c/app has cpuset 4 but holds reserved CPU(s) 4: left to the shared pool"]
 
 
+def init_then_app(tmp_path, init_milli, app_milli):
+    """pod-a's init container ran (and was pinned) and finished, then its app container was pinned."""
+    manager, runtime = node(tmp_path)
+    setup = runtime.add("pod-a", "setup", "Guaranteed", init_milli)
+    manager.reconcile()
+    runtime.exit(setup)
+    runtime.add("pod-a", "app", "Guaranteed", app_milli)
+    manager.reconcile()
+    return manager
+
+
 def test_a_finished_init_container_gets_its_entry_back_from_the_cpus_its_app_container_reused(tmp_path):
     """(No drain: rebuild.) The kubelet gave the init container 1,5 and the app container reused them: both entries
     are in its checkpoint, and without the init container's the restarted kubelet would allocate two more CPUs for
     it. The rebuilt file is the lost one."""
-    manager, runtime = node(tmp_path)
-    setup = runtime.add("pod-a", "setup", "Guaranteed", 2000)
-    manager.reconcile()
-    runtime.exit(setup)
-    runtime.add("pod-a", "app", "Guaranteed", 2000)
-    manager.reconcile()
+    manager = init_then_app(tmp_path, 2000, 2000)
     lost = manager.read_state()
     assert lost.entries == {"pod-a": {"setup": CPUSet.parse("1,5"), "app": CPUSet.parse("1,5")}}
     plan = rebuild_node(manager)
@@ -73,12 +79,7 @@ def test_a_finished_init_container_gets_its_entry_back_from_the_cpus_its_app_con
 
 
 def test_an_init_container_that_held_more_than_its_app_containers_is_said_with_what_the_kubelet_will_do(tmp_path):
-    manager, runtime = node(tmp_path)
-    setup = runtime.add("pod-a", "setup", "Guaranteed", 3000)
-    manager.reconcile()
-    runtime.exit(setup)
-    runtime.add("pod-a", "app", "Guaranteed", 1000)
-    manager.reconcile()
+    manager = init_then_app(tmp_path, 3000, 1000)
     plan = rebuild_node(manager)
     assert plan.after.entries == {"pod-a": {"app": manager.read_state().get("pod-a", "app")}}
     assert [e["error"] for e in plan.errors] == [
