@@ -125,7 +125,8 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     p = sub.add_parser("hints", help="the CPU manager's topology hints for a request (GetTopologyHints)")
     _topology_args(p)
     _policy_args(p)
-    _kubelet_args(p)  # the hints themselves are the same for 1.35-1.38
+    _kubelet_args(p)
+    _unlisted(p, "--kubelet-version", "--feature-gate")  # the hints themselves are the same for 1.35-1.38
     p.add_argument("--available", required=True, type=_cpuset_arg, metavar="CPUSET",
                    help="CPUs free for exclusive use (the default set minus the reserved CPUs)")
     p.add_argument("--count", required=True, type=_count_arg, metavar="N", help="the guaranteed CPUs requested")
@@ -167,6 +168,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
                    help="the kubelet is stopped: its own checkpoint may be rebuilt or reset")
     p.add_argument("--check", action="store_true", help="with --rebuild, print the file it would write")
     _runtime_args(p, manager=False)
+    _unlisted(p, "--kubelet-state", "--force")  # a rebuild reads the runtime, whoever pins
 
     p = sub.add_parser("reconcile", help="one reconcile pass against the container runtime (or --loop: the agent)")
     _state_args(p)
@@ -192,6 +194,10 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     p.add_argument("--no-watch", action="store_true", help="with --loop, pass every --period only")
     p.add_argument("--check", action="store_true", help="only report what would change")
     _service_args(p, "pass", '"kubelet_state": "/var/lib/kubelet/cpu_manager_state"')
+    _unlisted(p, "--policy", "--num-reserved", "--reserved-cpus", "--read-only", "--runtime", "--runtime-endpoint",
+              "--crictl", "--runtime-timeout", "--force", "--cache", "--isolated-cpus", "--align-memory", "--cpu-quota",
+              "--besteffort-idle", "--cpu-burst", "--topology-manager-policy", "--topology-manager-scope",
+              "--topology-manager-option", "--option")  # the kubelet's checkpoint and the interrupts only
 
     p = sub.add_parser("defrag", help="move pinned containers so that larger whole-core requests fit again")
     _state_args(p)
@@ -216,6 +222,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     p.add_argument("--plugin-index", default=DEFAULT_INDEX, metavar="NN",
                    help="plugin index, two digits (default %(default)s)")
     _service_args(p, "event", '"socket": "/x.sock"')
+    _unlisted(p, "--runtime", "--runtime-endpoint", "--crictl", "--runtime-timeout")  # the runtime is NRI's peer
 
     _hook_parser(sub)
 
@@ -241,6 +248,9 @@ def _hook_parser(sub: Any) -> None:
     for flag in ("--period", "--socket", "--plugin-name", "--plugin-index"):  # the agent's and the plugin's own:
         p.add_argument(flag, help=argparse.SUPPRESS)  # accepted, so that their configuration file serves the hook
     _service_args(p, "hook (not written: the hook runs once per container)", '"state": "/var/lib/kubecpu/state"')
+    _unlisted(p, "--runtime", "--runtime-endpoint", "--crictl", "--runtime-timeout", "--cache", "--align-memory",
+              "--cpu-quota", "--besteffort-idle", "--cpu-burst", "--metrics-path")  # the cgroup's cpuset only: the
+    # agent's pass sets the rest
 
 
 def _service_args(parser: argparse.ArgumentParser, after: str, example: str) -> None:
@@ -316,6 +326,16 @@ def _topology_manager_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topology-manager-scope", choices=SCOPES, default="container")
     parser.add_argument("--topology-manager-option", action="append", default=[], metavar="NAME[=VALUE]",
                         help="prefer-closest-numa-nodes, max-allowable-numa-nodes=N")
+
+
+def _unlisted(parser: argparse.ArgumentParser, *flags: str) -> None:
+    """``flags`` stay accepted (a configuration file shared with the other commands, a script that passes them to
+    each) but are not listed in ``--help``: the command does not use them."""
+    import argparse  # noqa: PLC0415  # build_parser's
+
+    for action in parser._actions:  # pylint: disable=protected-access  # argparse has no public way to hide one
+        if set(action.option_strings) & set(flags):
+            action.help = argparse.SUPPRESS
 
 
 def _pod_assigned_arg(text: str) -> Tuple[int, CPUSet]:

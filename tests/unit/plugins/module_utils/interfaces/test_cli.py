@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces import cli
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import decode, encode
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
@@ -490,3 +493,206 @@ def test_housekeeping_beside_a_kubelet_that_pins_follows_its_checkpoint(tmp_path
     assert run(argv)[0] == 0 and (affinity(irq, 24), affinity(irq, 30)) == ("0-7", "6")
     code, _out, err = run(argv + ["--irq-isolation", "off"])
     assert code == 2 and "nothing to do" in err
+
+
+def _tree(top):
+    """Every directory and file below ``top`` with its bytes (a socket or link by its kind); not the crictl stand-in's
+    log of its calls."""
+    found = {}
+    for where, dirs, files in os.walk(str(top)):
+        for name in dirs:
+            found[os.path.join(where, name)] = "dir"
+        for name in set(files) - {"calls.log"}:
+            path = os.path.join(where, name)
+            found[path] = open(path, "rb").read() if os.path.isfile(path) and not os.path.islink(path) else "other"
+    return found
+
+
+# Every sub-command: what it does to files. A read creates, rewrites and locks nothing; the others write by design.
+WRITES = {"allocate": "records the allocation in the state", "release": "records the release in the state",
+          "hook": "pins the container the runtime creates and records it", "nri": "the NRI plugin: a service"}
+READS = [
+    ("topology", ["--sysfs-root", "{root}"]),
+    ("plan", ["--topology", "{topology}", "--available", "1-7", "--count", "2"]),
+    ("hints", ["--topology", "{topology}", "--available", "1-7", "--count", "2"]),
+    ("merge", ["--policy", "single-numa-node", "--numa-nodes", "0-1", "--hints", "{hints}"]),
+    ("state", ["{common}"]),
+    ("state", ["{common}", "--kubelet-version", "1.38"]),
+    ("state", ["--state", "{tmp}/missing"]),
+    ("state", ["{common}", "--rebuild", "--check"]),
+    ("reconcile", ["{common}", "--check"]),
+    ("defrag", ["{common}", "--check"]),
+    ("housekeeping", ["--sysfs-root", "{root}", "--kubelet-state", "{state}", "--state", "{tmp}/own", "--check"]),
+    ("demo", ["--topology", "{topology}"]),
+    ("demo", ["--topology", "{topology}", "--json"]),
+    # a write the user forbade (--read-only, implied on the kubelet's own checkpoint) is refused (exit 1), unrecorded
+    ("allocate", ["--state", "{state}", "--topology", "{topology}", "--read-only", "--pod", "{pod}", "--container",
+                  "app"]),
+    ("release", ["--state", "{state}", "--topology", "{topology}", "--read-only", "--pod-uid",
+                 "a06b0ffe-e387-47dc-90e2-339fa3fc242a", "--container", "main"]),
+]
+
+
+def test_every_read_creates_rewrites_and_locks_nothing(tmp_path):
+    """Each read (every command that prints, every --check, and --read-only) leaves the node's files as they were:
+    no file created (no lock, no cache), none rewritten (a newer kubelet's format stays as it is)."""
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.cli_args import build_parser
+
+    _crictl, state, common = _split_node(tmp_path)
+    root = build(str(tmp_path / "machine"), machine(2, 2, 2))
+    proc_irq(os.path.join(root, "proc", "irq"), {24: "0-7"})
+    (tmp_path / "hints.json").write_text(json.dumps({"hints": [{"numa_affinity": [0], "preferred": True}]}))
+    (tmp_path / "pod.json").write_text(json.dumps({"uid": "u-1", "name": "p", "namespace": "n", "containers": [
+        {"name": "app", "cpu_request": "1", "cpu_limit": "1", "memory_request": "1Gi", "memory_limit": "1Gi"}]}))
+    values = {"root": root, "topology": str(tmp_path / "two-numa.json"), "hints": str(tmp_path / "hints.json"),
+              "tmp": str(tmp_path), "state": str(state), "pod": str(tmp_path / "pod.json")}
+    for command, template in READS:
+        argv = [command]
+        for item in template:
+            argv += common if item == "{common}" else [item.format(**values)]
+        before = _tree(tmp_path)
+        code, out, err = run(argv)
+        if "--read-only" in argv:
+            assert (code, out) == (1, "") and err.endswith("is read-only: the change was not recorded\n"), (argv, err)
+        else:
+            assert code == 0 and out, (argv, err)
+        assert _tree(tmp_path) == before, argv
+    parser = build_parser()
+    commands = set(next(a for a in parser._actions if a.dest == "command").choices)  # pylint: disable=protected-access
+    assert commands == {command for command, _ in READS} | set(WRITES)
+
+
+class _Reads:
+    """What a command reads of its flags: the parsed namespace's attributes, and the fields of the settings made from
+    them (``NodeConfig``, ``ManagerOptions``) after they were made (their own validation is no use)."""
+
+    def __init__(self, monkeypatch):
+        from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import config, factory
+        from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations import checkpoint_file, defrag
+
+        self.names = set()
+        self.monkeypatch = monkeypatch
+        reads = self.names
+
+        for cls in (config._NodeConfig, config._ManagerOptions):  # pylint: disable=protected-access
+            for index, field in enumerate(cls._fields):
+                def getter(obj, index=index, field=field):
+                    caller = sys._getframe(1).f_code  # pylint: disable=protected-access
+                    if not (caller.co_filename == config.__file__ and caller.co_name in ("__new__", "from_mapping")):
+                        reads.add(field)
+                    return tuple.__getitem__(obj, index)
+                monkeypatch.setattr(cls, field, property(getter))
+        built = factory.build_manager
+
+        def build_manager(node_config, *args, **kwargs):  # the manager's options are its passes' (reconcile's)
+            if kwargs.get("with_runtime") or (args and args[0]):
+                reads.update("manager:" + name for name in config.ManagerOptions._fields)
+            return built(node_config, *args, **kwargs)
+        for module in (factory, cli, defrag, checkpoint_file):
+            monkeypatch.setattr(module, "build_manager", build_manager, raising=False)
+
+    def command(self, function):
+        reads = self.names
+
+        class Namespace(argparse.Namespace):
+            def __getattribute__(self, name):
+                # node_config copies every flag into the settings: their use is the settings' fields read after
+                if not name.startswith("_") and sys._getframe(1).f_code.co_name != "node_config":  # pylint: disable=protected-access
+                    reads.add(name)
+                return object.__getattribute__(self, name)
+
+        def recorded(args, out, err, stdin):
+            return function(Namespace(**vars(args)), out, err, stdin)
+        return recorded
+
+
+# a flag's destination -> the setting it becomes (cli_args._SETTING_NAMES, and the repeatable ones)
+SETTING_OF = {"state": "state_path", "topology": "topology_path", "crictl": "crictl_path",
+              "kubelet_state": "kubelet_state_path", "cache": "cache_path", "option": "policy_options",
+              "topology_manager_option": "topology_manager_options", "feature_gate": "feature_gates"}
+
+
+def _invocations(tmp_path):
+    """Per sub-command, runs that together take every branch a listed flag can steer (the services' loops are
+    built, not run)."""
+    from ansible_collections.kubecpu.cpu_manager.tests.unit.support.hook_node import Node as HookNode
+
+    _crictl, state, common = _split_node(tmp_path)
+    root = build(str(tmp_path / "machine"), machine(2, 2, 2))
+    proc_irq(os.path.join(root, "proc", "irq"), {24: "0-7"})
+    topology = str(tmp_path / "two-numa.json")
+    (tmp_path / "hints.json").write_text(json.dumps({"hints": [{"numa_affinity": [0], "preferred": True}]}))
+    distances = tmp_path / "distances.json"
+    distances.write_text(json.dumps({"0": [10, 20], "1": [20, 10]}))
+    pod = tmp_path / "pod.json"
+    pod.write_text(json.dumps({"uid": "u-1", "name": "p", "namespace": "n", "containers": [
+        {"name": "app", "cpu_request": "1", "cpu_limit": "1", "memory_request": "1Gi", "memory_limit": "1Gi"}]}))
+    own = ["--state", str(tmp_path / "own"), "--topology", topology]
+    hook_node = HookNode(tmp_path / "hook", v2=True)
+    made = hook_node.container()
+    hook = ["--state", hook_node.state, "--sysfs-root", hook_node.sysfs, "--cgroup-root", str(hook_node.cgroup),
+            "--kubelet-state", hook_node.kubelet_state]
+    keeper = ["--sysfs-root", root, "--kubelet-state", str(state), "--state", str(tmp_path / "hk")]
+    return {
+        "topology": [["--sysfs-root", root], ["--topology", topology]],
+        "plan": [["--topology", topology, "--available", "1-7", "--count", "2", "--numa-affinity", "0"],
+                 ["--sysfs-root", root, "--available", "1-7", "--count", "2", "--kubelet-version", "1.38",
+                  "--feature-gate", "PodLevelResourceManagers=true"]],
+        "hints": [["--topology", topology, "--available", "1-7", "--count", "2", "--reusable", "1"],
+                  ["--topology", topology, "--available", "1-7", "--count", "2", "--assigned", "3-4"],
+                  ["--sysfs-root", root, "--available", "1-7", "--count", "2", "--scope", "pod", "--pod-assigned",
+                   "2:3-4"]],
+        "merge": [["--policy", "single-numa-node", "--numa-nodes", "0-1", "--hints", str(tmp_path / "hints.json")],
+                  ["--policy", "best-effort", "--numa-nodes", "0-1", "--hints", str(tmp_path / "hints.json"),
+                   "--option", "prefer-closest-numa-nodes=true", "--numa-distances", str(distances)]],
+        "allocate": [own + ["--pod", str(pod), "--container", "app", "--numa-affinity", "0",
+                            "--topology-manager-policy", "best-effort"]],
+        "release": [own + ["--pod-uid", "u-1", "--container", "app"]],
+        "state": [common, common + ["--reset"], common + ["--rebuild", "--check", "--kubelet-stopped"]],
+        "reconcile": [common + ["--check"], common + ["--loop", "--metrics-path", str(tmp_path / "m.prom")],
+                      common + ["--loop", "--no-watch"]],
+        "housekeeping": [keeper + ["--check"], keeper + ["--loop", "--metrics-path", str(tmp_path / "m2.prom")],
+                         keeper + ["--loop", "--no-watch"]],
+        "defrag": [common + ["--check", "--max-moves", "1", "--keep-numa"]],
+        "nri": [common + ["--socket", str(tmp_path / "nri.sock")]],
+        "hook": [(hook, made["stdin"])],
+        "demo": [["--topology", topology, "--json"], ["--sysfs-root", root]],
+    }
+
+
+def test_every_flag_a_sub_command_lists_is_one_it_uses(tmp_path, monkeypatch):
+    """``kubecpu COMMAND --help`` lists only flags that COMMAND reads (itself, or as the settings its manager is made
+    from). A flag it accepts for a configuration file shared with another command (the agent's, the hook's) is
+    accepted but not listed."""
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.cli_args import build_parser
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services import agent, nri_plugin
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import ManagerOptions
+
+    reads = _Reads(monkeypatch)
+    for name in list(cli.COMMANDS):
+        monkeypatch.setitem(cli.COMMANDS, name, reads.command(cli.COMMANDS[name]))
+    monkeypatch.setattr(agent.Agent, "run", lambda self: 0)
+    def first_event_only(plugin):  # what each event asks first: does the kubelet pin CPUs itself?
+        plugin.manager.steps_aside()
+        return 0
+    monkeypatch.setattr(nri_plugin.NRIPlugin, "run", first_event_only)
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command").choices  # pylint: disable=protected-access
+    unused = {}
+    for command, runs in _invocations(tmp_path).items():
+        reads.names.clear()
+        for given in runs:
+            argv, stdin = given if isinstance(given, tuple) else (given, b"")
+            out, err = io.StringIO(), io.StringIO()
+            code = cli.main([command] + argv, out, err, io.TextIOWrapper(io.BytesIO(stdin)))
+            assert code in (0, 1), (command, argv, err.getvalue())
+        listed = [action for action in subparsers[command]._actions  # pylint: disable=protected-access
+                  if action.option_strings and action.help != argparse.SUPPRESS and action.dest != "help"]
+        missed = [action.option_strings[-1] for action in listed
+                  if action.dest != "config"  # run_command reads it (test_cli_args: the file's flags come first)
+                  and not {action.dest, SETTING_OF.get(action.dest)} & reads.names
+                  and not (action.dest in ManagerOptions._fields + ("topology_manager_option",)
+                           and "manager:" + SETTING_OF.get(action.dest, action.dest) in reads.names)]
+        if missed:
+            unused[command] = missed
+    assert unused == {}, json.dumps(unused, indent=1)

@@ -78,12 +78,19 @@ def _help(command):
         parser.parse_args([command, "--help"])
 
 
-@pytest.mark.parametrize("command", ["allocate", "release", "state", "reconcile", "housekeeping", "defrag", "nri",
-                                     "hook", "demo"])
+@pytest.mark.parametrize("command", ["allocate", "release", "state", "reconcile", "defrag", "nri", "hook", "demo"])
 def test_every_help_shows_the_same_num_reserved_default(command, capsys):
     _help(command)
     text = " ".join(capsys.readouterr().out.split())
     assert "--num-reserved" in text and "(default 1" in text and "the static policy refuses 0" in text
+
+
+def test_housekeeping_accepts_the_reservation_it_does_not_use_without_listing_it(capsys):
+    """The kubelet's checkpoint says what is reserved; the agent's configuration file may still carry the flag."""
+    _help("housekeeping")
+    assert "--num-reserved" not in capsys.readouterr().out
+    args = cli_args.build_parser().parse_args(["housekeeping", "--num-reserved", "2"])
+    assert args.num_reserved == 2
 
 
 def test_state_lists_no_flag_it_ignores_and_housekeeping_says_what_it_does_with_the_kubelets_file(capsys):
