@@ -16,20 +16,31 @@ from ..kubelet.policy import STATIC, StaticPolicy
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology
 
-SAMPLE_PODS: Tuple[Dict[str, Any], ...] = (
+SAMPLE_PODS: Tuple[Dict[str, Any], ...] = (  # the embedded demo's pods and the real-node demo's (scripts/demo_node.py)
     {"uid": "demo-0001", "namespace": "net", "name": "dpdk-forwarder", "containers": [
-        {"name": "fwd", "cpu_request": "2", "cpu_limit": "2", "memory_request": "1Gi", "memory_limit": "1Gi"}]},
+        {"name": "fwd", "cpu_request": "1", "cpu_limit": "1", "memory_request": "256Mi", "memory_limit": "256Mi"},
+        {"name": "stats", "cpu_request": "500m", "cpu_limit": "500m", "memory_request": "64Mi",
+         "memory_limit": "64Mi"}]},
     {"uid": "demo-0002", "namespace": "trading", "name": "matcher", "init_containers": [
         {"name": "warmup", "cpu_request": "1", "cpu_limit": "1", "memory_request": "256Mi",
          "memory_limit": "256Mi"}], "containers": [
-        {"name": "engine", "cpu_request": "1", "cpu_limit": "1", "memory_request": "512Mi",
-         "memory_limit": "512Mi"}]},
-    {"uid": "demo-0003", "namespace": "ml", "name": "inference", "containers": [
-        {"name": "model", "cpu_request": "1500m", "cpu_limit": "1500m", "memory_request": "2Gi",
-         "memory_limit": "2Gi"}]},
-    {"uid": "demo-0004", "namespace": "web", "name": "frontend", "containers": [
+        {"name": "engine", "cpu_request": "1", "cpu_limit": "1", "memory_request": "256Mi",
+         "memory_limit": "256Mi"}]},
+    {"uid": "demo-0003", "namespace": "web", "name": "frontend", "containers": [
         {"name": "nginx", "cpu_request": "250m", "memory_request": "64Mi"}]},
+    {"uid": "demo-0004", "namespace": "batch", "name": "report", "containers": [{"name": "job"}]},
 )
+
+
+def init_notes() -> str:
+    """What the table cannot say: an init container's CPUs are its pod's app containers' too, once it finished."""
+    lines = []
+    for doc in SAMPLE_PODS:
+        for init in doc.get("init_containers", []):
+            apps = ", ".join(item["name"] for item in doc["containers"])
+            lines.append("%s/%s/%s is an init container: it finishes before %s starts, which then reuses its CPUs "
+                         "(as the kubelet does).\n" % (doc["namespace"], doc["name"], init["name"], apps))
+    return "".join(lines)
 
 
 class Row(NamedTuple):
@@ -81,6 +92,9 @@ def run_demo(args: argparse.Namespace, topo: Topology, out: TextIO) -> int:
             except AllocationError as exc:
                 row.update(cpus=None, exclusive=False, refused=str(exc))
             rows.append(row)
+    for row in rows:  # a container without exclusive CPUs runs on the shared pool as these allocations left it
+        if row["cpus"] is not None and not row["exclusive"]:
+            row["cpus"] = str(state.default)
     report: Dict[str, Any] = {
         "topology": dict(topo.summary(), source=topo.source), "reserved": str(policy.reserved),
         "options": policy.options.enabled(), "containers": rows, "shared_pool": str(state.default),
@@ -94,6 +108,7 @@ def run_demo(args: argparse.Namespace, topo: Topology, out: TextIO) -> int:
     out.write(table([Row("%s/%s" % (r["pod"], r["container"]), r["qos"], r["cpu_request"], "planned",
                          "refused" if r["cpus"] is None else "yes" if r["exclusive"] else "no", r["cpus"] or "-",
                          r.get("refused", "")) for r in rows]))
+    out.write(init_notes())
     out.write("\nShared pool after these allocations: %s\n" % (state.default or "(empty)"))
     return 0
 

@@ -24,10 +24,19 @@ def test_the_samples_as_json():
     report = json.loads(demo(True))
     rows = {(r["pod"], r["container"]): r for r in report["containers"]}
     forwarder = rows[("net/dpdk-forwarder", "fwd")]
-    assert forwarder == dict(forwarder, cpus="1,5", exclusive=True, qos="Guaranteed")
-    assert rows[("trading/matcher", "engine")]["cpus"] == rows[("trading/matcher", "warmup")]["cpus"]  # reused
-    assert not rows[("ml/inference", "model")]["exclusive"] and not rows[("web/frontend", "nginx")]["exclusive"]
+    assert forwarder == dict(forwarder, cpus="4", exclusive=True, qos="Guaranteed")  # the reserved CPU 0's sibling
+    assert rows[("trading/matcher", "engine")]["cpus"] == rows[("trading/matcher", "warmup")]["cpus"] == "1"  # reused
+    shared = [rows[key] for key in (("net/dpdk-forwarder", "stats"), ("web/frontend", "nginx"), ("batch/report", "job"))]
+    assert [(r["qos"], r["exclusive"], r["cpus"]) for r in shared] == [
+        ("Guaranteed", False, "0,2-3,5-7"), ("Burstable", False, "0,2-3,5-7"), ("BestEffort", False, "0,2-3,5-7")]
     assert report["reserved"] == "0" and report["checkpoint"]["policyName"] == "static"
+    assert report["shared_pool"] == "0,2-3,5-7"  # what the shared containers show: the pool these allocations left
+
+
+def test_the_table_says_which_container_is_an_init_container():
+    text = demo(False)
+    assert "trading/matcher/warmup is an init container: it finishes before engine starts, which then reuses its " \
+           "CPUs (as the kubelet does).\n" in text
 
 
 def test_the_table_and_a_refusal():
