@@ -12,6 +12,9 @@ key_dir=$HOME/.cache/kubecpu/molecule
 packages=systemd,systemd-sysv,python3,python3-yaml,dbus,procps,openssh-server
 sshd_settings='PermitRootLogin prohibit-password\nPasswordAuthentication no\nUsePAM no\nUseDNS no\nMaxStartups 50\n'
 recipe=$(printf '%s\n%s\n' "$packages" "$sshd_settings" | sha256sum | cut -c1-16)
+mkdir -p "$key_dir"
+exec 9>"$key_dir/image.lock"  # one build at a time: Molecule's and the quick start test's may start together
+flock 9
 missing=()
 for pkg in podman debootstrap; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
 if ((${#missing[@]})); then
@@ -32,7 +35,6 @@ events_logger = "file"
 CONF
 fi
 if [[ ! -f $key_dir/id_ed25519 ]]; then
-  mkdir -p "$key_dir"
   ssh-keygen -q -t ed25519 -N '' -C kubecpu-molecule -f "$key_dir/id_ed25519"
 fi
 if [[ ${1:-} != --rebuild ]] && podman image exists "$image" &&

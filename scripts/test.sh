@@ -81,7 +81,7 @@ stage mypy "plugins/module_utils"
 mypy
 stage yamllint "yamllint"
 yamllint -s -d '{extends: default, rules: {line-length: {max: 160}, document-start: {present: true}}}' \
-  galaxy.yml meta changelogs tests/integration/modules.yml roles playbooks extensions
+  galaxy.yml meta changelogs tests/integration/modules.yml roles playbooks extensions examples
 stage ansible-lint "at the collection root, as Galaxy's importer runs it (production profile, .ansible-lint)"
 ANSIBLE_COLLECTIONS_PATH="$root/.cache/collections" ansible-lint --offline --profile production
 stage changelog "antsibull-changelog lint"
