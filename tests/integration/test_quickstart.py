@@ -72,13 +72,14 @@ def node_shell(node, script, timeout=900):
 
 def test_the_readme_quick_start_as_written_ends_with_a_rollout_and_a_report(systemd_node):
     steps = readme_block("Quick start: the collection on this machine")
+    commands = [command for command, _shown in steps]
     script = "".join("echo %s %d\n%s 2>&1 || { echo %s failed $?; exit 1; }\n" % (MARK, number, command, MARK)
-                     for number, (command, _) in enumerate(steps))
+                     for number, command in enumerate(commands))
     proc = node_shell(systemd_node, script)
     parts = re.split(r"^%s (\d+)\n" % MARK, proc.stdout, flags=re.M)[1:]
     outputs = {int(number): text for number, text in zip(parts[::2], parts[1::2])}
     transcript = "".join("$ %s\n%s" % (command, outputs.get(number, "(not run)\n").replace(MARK + " failed", "FAILED"))
-                         for number, (command, _) in enumerate(steps))
+                         for number, command in enumerate(commands))
     os.makedirs(os.path.dirname(TRANSCRIPT), exist_ok=True)
     with open(TRANSCRIPT, "w", encoding="utf-8") as handle:
         handle.write(transcript)

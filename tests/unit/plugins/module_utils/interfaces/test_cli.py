@@ -559,7 +559,7 @@ def test_every_read_creates_rewrites_and_locks_nothing(tmp_path):
         assert _tree(tmp_path) == before, argv
     parser = build_parser()
     commands = set(next(a for a in parser._actions if a.dest == "command").choices)  # pylint: disable=protected-access
-    assert commands == {command for command, _ in READS} | set(WRITES)
+    assert commands == {command for command, _argv in READS} | set(WRITES)
 
 
 class _Reads:
@@ -672,6 +672,7 @@ def test_every_flag_a_sub_command_lists_is_one_it_uses(tmp_path, monkeypatch):
     for name in list(cli.COMMANDS):
         monkeypatch.setitem(cli.COMMANDS, name, reads.command(cli.COMMANDS[name]))
     monkeypatch.setattr(agent.Agent, "run", lambda self: 0)
+
     def first_event_only(plugin):  # what each event asks first: does the kubelet pin CPUs itself?
         plugin.manager.steps_aside()
         return 0
