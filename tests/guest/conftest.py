@@ -121,6 +121,7 @@ class Pinner:
         self.state = os.path.join(directory, "state")
         self.metrics = self.state + ".prom"
         self.log = os.path.join(directory, "%s.log" % mode)
+        self.offset = 0
         self.proc = None
 
     def start(self):
@@ -132,6 +133,7 @@ class Pinner:
         else:
             argv = [KUBECPU, "nri", "--socket", self.lab.nri_socket]
         with open(self.log, "ab") as log:
+            self.offset = log.tell()  # this run's output starts here (the file keeps earlier runs')
             self.proc = subprocess.Popen(argv + common + self.flags, stdout=log, stderr=log)
         # up: it has finished a pass (its metrics file says so), not merely started
         wait_for(lambda: self.passes() >= 1 or self.proc.poll() is not None, 120, "the %s's first pass" % self.mode)
@@ -153,6 +155,12 @@ class Pinner:
     def tail(self):
         with open(self.log, encoding="utf-8", errors="replace") as handle:
             return handle.read()[-3000:]
+
+    def output(self):
+        """All this run has logged (at most 1 MiB)."""
+        with open(self.log, "rb") as handle:
+            handle.seek(self.offset)
+            return handle.read(1 << 20).decode("utf-8", errors="replace")
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:

@@ -85,7 +85,8 @@ def test_align_by_socket_and_the_single_numa_node_refusal(lab17, pods, pinner):
     assert len({NUMA[c] for c in got}) == 1 and 0 not in got  # one socket (here one NUMA node)
     settle(lab17, five, ALL - got)  # refused: it runs in the shared pool
     assert five["uid"] not in running.entries()
-    assert any("Topology locality" in line for line in running.tail().splitlines())  # the kubelet's text
+    # the kubelet's text, in what this agent logged (a pass writes the cpusets first, then its log lines)
+    wait_for(lambda: "Topology locality" in running.output(), 120, "the refusal's text in the agent's log")
 
 
 def test_the_plugin_pins_several_containers_before_their_first_instruction(lab17, pods, pinner):
