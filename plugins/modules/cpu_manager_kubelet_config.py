@@ -198,6 +198,12 @@ current:
     reserved_cpus:
       description: The CPUs the kubelet reserves today (null when the current configuration cannot be read).
       type: str
+    policy_options:
+      description:
+        - The current C(cpuManagerPolicyOptions) (empty when unset or unreadable); with RV(current.policy) and
+          RV(current.reserved_cpus), what a rollback writes the previous checkpoint back under.
+      type: dict
+      version_added: 0.6.0
 checkpoint:
   description:
     - Whose checkpoint rules applied, the kubelet's version clamped to the known ones (C(1.35) to C(1.38)), the

@@ -1,8 +1,9 @@
 """The kubelet role on a real server: a stand-in kubelet (it validates its checkpoint as the kubelet does and
 crash-loops on one it would reject) with two pinned containers; a reservation change that collides with one of them,
 rewritten without a drain through the rollout playbook, the moved container's cpuset changed live, the kubelet
-healthy, the system daemons confined to the reserved CPUs by the same rollout; then the agent role's housekeeper
-beside that kubelet, and housekeeping off. Three rollouts in all: each costs minutes under emulation."""
+healthy, the system daemons confined to the reserved CPUs by the same rollout (after the same rollout with the
+configuration write failing, rolled back); then the agent role's housekeeper beside that kubelet, and housekeeping
+off. Four rollouts in all: each costs minutes under emulation."""
 
 from __future__ import annotations
 
@@ -58,6 +59,28 @@ def test_the_kubelet_role_rewrites_the_checkpoint_without_a_drain_and_confines_t
     daemons_before = daemons(guest)
     print("daemons before: %s" % (daemons_before,))
     BEFORE["daemons"] = daemons_before  # for the test that turns it off
+
+    # A configuration write that fails after the checkpoint was rewritten and the move pushed live (the file made
+    # immutable): the previous checkpoint and configuration are put back, the moved container goes back to its CPUs,
+    # and the kubelet runs on them again.
+    state_before = guest.ssh(["cat", "/var/lib/kubelet/cpu_manager_state"]).stdout
+    placed_before = {pod["uid"]: cpus(before[pod["uid"]]["c0"]) for pod in (one, two)}
+    guest.ssh(["chattr", "+i", "/var/lib/kubelet/config.yaml"])
+    try:
+        failed = playbook(guest, tmp_path, ROLLOUT, group="kubelet_nodes",
+                          extra=dict(KUBELET_VARS, kubelet_cpu_manager_housekeeping=True), check=False)
+    finally:
+        guest.ssh(["chattr", "-i", "/var/lib/kubelet/config.yaml"])
+    said = [line for line in failed.stdout.splitlines() if "-- rolled back:" in line]
+    print("the failed configuration write: %s" % said)
+    assert failed.returncode != 0 and said, failed.stdout[-6000:]
+    assert "the previous checkpoint was put back from" in said[0] and "the containers it moved were moved back" in said[0]
+    assert "the configuration was not changed" in said[0] and "the kubelet was started again" in said[0]
+    assert guest.ssh(["cat", "/var/lib/kubelet/cpu_manager_state"]).stdout == state_before
+    assert guest.ssh(["cat", "/var/lib/kubelet/config.yaml"]).stdout == config
+    for pod in (one, two):
+        settle(guest, lab16, pod["containers"]["c0"], placed_before[pod["uid"]])
+    assert guest.ssh(["systemctl", "is-active", "kubelet.service"]).stdout.strip() == "active"
 
     done = playbook(guest, tmp_path, ROLLOUT, group="kubelet_nodes",
                     extra=dict(KUBELET_VARS, kubelet_cpu_manager_housekeeping=True))

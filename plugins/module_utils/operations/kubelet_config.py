@@ -65,6 +65,7 @@ class Change(NamedTuple):
     current_policy: str
     current_reserved: Optional[CPUSet]
     kubelet: KubeletVersion = DEFAULT  # whose checkpoint rules: the version, clamped to 1.35-1.38
+    current_options: Optional[Dict[str, str]] = None  # the policy options of the configuration as it is now
 
     @property
     def migration_required(self) -> bool:
@@ -90,7 +91,8 @@ class Change(NamedTuple):
                 "checkpoint": {"kubelet": self.kubelet.name, "format": self.kubelet.writes,
                                "feature_gates": dict(self.kubelet.gates)},
                 "current": {"policy": self.current_policy,
-                            "reserved_cpus": None if self.current_reserved is None else str(self.current_reserved)}}
+                            "reserved_cpus": None if self.current_reserved is None else str(self.current_reserved),
+                            "policy_options": dict(self.current_options or {})}}
 
 
 def _string_map(value: Any, what: str) -> Dict[str, str]:
@@ -269,8 +271,12 @@ def plan_change(current: Mapping[str, Any], desired: Desired, topo: Topology, ve
     after = state_verdict(state, desired.policy, topo, reserved, options=options, state_path=state_path,
                           kubelet=kubelet, admission=Admission(topo, tm_policy, tm_scope, tm_options))
     notes.extend(_format_notes(state, desired.policy, kubelet))
+    try:
+        current_options = _string_map(current.get("cpuManagerPolicyOptions"), "cpuManagerPolicyOptions")
+    except KubecpuError:
+        current_options = {}
     return Change(new, changed, reserved, source, needed, before, after, notes, _current_policy(current), reserved_now,
-                  kubelet)
+                  kubelet, current_options)
 
 
 def _format_notes(state: Optional[bytes], policy: str, kubelet: KubeletVersion) -> List[str]:

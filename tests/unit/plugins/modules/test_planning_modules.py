@@ -74,8 +74,22 @@ def test_kubelet_config_plans_a_migration(root, tmp_path, capsys):
                                     featureGates={"CPUManagerPolicyAlphaOptions": True})
     assert result["migration"]["required"] and not result["migration"]["rejected_now"]
     assert 'configured policy "static" differs from state checkpoint policy "none"' in result["migration"]["reason"]
-    assert result["current"] == {"policy": "none", "reserved_cpus": ""}
+    assert result["current"] == {"policy": "none", "reserved_cpus": "", "policy_options": {}}
     assert state.read_bytes() == before
+
+
+def test_kubelet_config_says_the_configuration_a_rollback_goes_back_to(root, tmp_path, capsys):
+    """RV(current): the policy, reservation and policy options of the configuration as it is now (what the role's
+    rollback writes the previous checkpoint back under), whatever the new one sets."""
+    now = dict(KUBEADM, cpuManagerPolicy="static", reservedSystemCPUs="0,4",
+               cpuManagerPolicyOptions={"full-pcpus-only": "true"})
+    result = run(cpu_manager_kubelet_config, {
+        "config": now, "kubelet_version": "1.35", "reserved_cpus": "0-1,4-5", "policy_options": {}, "sysfs_root": root,
+        "state_path": str(tmp_path / "none")}, capsys, check_mode=True)
+    assert result["rc"] == 0, result
+    assert result["current"] == {"policy": "static", "reserved_cpus": "0,4",
+                                 "policy_options": {"full-pcpus-only": "true"}}
+    assert result["config"]["reservedSystemCPUs"] == "0-1,4-5"
 
 
 @pytest.mark.parametrize("args,message", [
