@@ -1,15 +1,16 @@
 """The kubelet role on a real server: a stand-in kubelet (it validates its checkpoint as the kubelet does and
 crash-loops on one it would reject) with two pinned containers; a reservation change that collides with one of them,
 rewritten without a drain through the rollout playbook, the moved container's cpuset changed live, the kubelet
-healthy, the system daemons confined to the reserved CPUs by the same rollout (after the same rollout with the
-configuration write failing, rolled back); then the agent role's housekeeper beside that kubelet, and housekeeping
-off. Four rollouts in all: each costs minutes under emulation."""
+healthy, the system daemons confined to the reserved CPUs by the same rollout (after the same rollout three times
+with one step failing, each rolled back); then the agent role's housekeeper beside that kubelet, and housekeeping
+off. Six rollouts in all: each costs a minute or more under emulation."""
 
 from __future__ import annotations
 
 import json
 import time
 
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import waits
 from roles_support import (AGENT_VARS, ALL, LAB, REMOTE, ROLLOUT, cpus, lab, playbook, settle,
                            state_entries)
 
@@ -60,27 +61,41 @@ def test_the_kubelet_role_rewrites_the_checkpoint_without_a_drain_and_confines_t
     print("daemons before: %s" % (daemons_before,))
     BEFORE["daemons"] = daemons_before  # for the test that turns it off
 
-    # A configuration write that fails after the checkpoint was rewritten and the move pushed live (the file made
-    # immutable): the previous checkpoint and configuration are put back, the moved container goes back to its CPUs,
-    # and the kubelet runs on them again.
+    # The same rollout with one step failing in turn: the checkpoint write (the file made immutable), the
+    # configuration write after the checkpoint was rewritten and the move pushed live, a kubelet that does not come
+    # back. Each time the previous checkpoint and configuration are there again, byte for byte, the containers on
+    # their CPUs, the kubelet running, and the rollout fails saying what it put back.
+    failing = [
+        (["chattr", "+i", "/var/lib/kubelet/cpu_manager_state"], ["chattr", "-i", "/var/lib/kubelet/cpu_manager_state"],
+         {}, ["cannot move /var/lib/kubelet/cpu_manager_state aside: Operation not permitted",
+              "-- rolled back: the checkpoint was not changed", "the configuration was not changed"]),
+        (["chattr", "+i", "/var/lib/kubelet/config.yaml"], ["chattr", "-i", "/var/lib/kubelet/config.yaml"],
+         {}, ["Operation not permitted", "-- rolled back: the previous checkpoint was put back from",
+              "the containers it moved were moved back", "the configuration was not changed"]),
+        (["sh", "-c", "echo 'stand-in failure: the test breaks the kubelet' > /etc/kubelet-standin/fail"],
+         ["rm", "/etc/kubelet-standin/fail"], {"kubelet_cpu_manager_health_timeout": 30},
+         ["is not healthy after the CPU manager change", "-- rolled back: the previous checkpoint was put back from",
+          "the containers it moved were moved back", "the previous configuration was put back from"]),
+    ]
     state_before = guest.ssh(["cat", "/var/lib/kubelet/cpu_manager_state"]).stdout
     placed_before = {pod["uid"]: cpus(before[pod["uid"]]["c0"]) for pod in (one, two)}
-    guest.ssh(["chattr", "+i", "/var/lib/kubelet/config.yaml"])
-    try:
-        failed = playbook(guest, tmp_path, ROLLOUT, group="kubelet_nodes",
-                          extra=dict(KUBELET_VARS, kubelet_cpu_manager_housekeeping=True), check=False)
-    finally:
-        guest.ssh(["chattr", "-i", "/var/lib/kubelet/config.yaml"])
-    said = [line for line in failed.stdout.splitlines() if "-- rolled back:" in line]
-    print("the failed configuration write: %s" % said)
-    assert failed.returncode != 0 and said, failed.stdout[-6000:]
-    assert "the previous checkpoint was put back from" in said[0] and "the containers it moved were moved back" in said[0]
-    assert "the configuration was not changed" in said[0] and "the kubelet was started again" in said[0]
-    assert guest.ssh(["cat", "/var/lib/kubelet/cpu_manager_state"]).stdout == state_before
-    assert guest.ssh(["cat", "/var/lib/kubelet/config.yaml"]).stdout == config
-    for pod in (one, two):
-        settle(guest, lab16, pod["containers"]["c0"], placed_before[pod["uid"]])
-    assert guest.ssh(["systemctl", "is-active", "kubelet.service"]).stdout.strip() == "active"
+    for inject, undo, extra, want in failing:
+        guest.ssh(inject)
+        try:
+            failed = playbook(guest, tmp_path, ROLLOUT, group="kubelet_nodes", check=False,
+                              extra=dict(KUBELET_VARS, kubelet_cpu_manager_housekeeping=True, **extra))
+        finally:
+            guest.ssh(undo)
+        said = [line for line in failed.stdout.splitlines() if "-- rolled back:" in line]
+        print("%s: %s" % (" ".join(inject), said[:1]))
+        assert failed.returncode != 0 and said, failed.stdout[-6000:]
+        assert all(part in said[0] for part in want), (want, said[0])
+        assert guest.ssh(["cat", "/var/lib/kubelet/cpu_manager_state"]).stdout == state_before
+        assert guest.ssh(["cat", "/var/lib/kubelet/config.yaml"]).stdout == config
+        for pod in (one, two):
+            settle(guest, lab16, pod["containers"]["c0"], placed_before[pod["uid"]])
+        waits.until(lambda: guest.ssh(["systemctl", "is-active", "kubelet.service"], check=False).stdout.strip()
+                    == "active", "the kubelet running on the files put back", 120, step=1)
 
     done = playbook(guest, tmp_path, ROLLOUT, group="kubelet_nodes",
                     extra=dict(KUBELET_VARS, kubelet_cpu_manager_housekeeping=True))

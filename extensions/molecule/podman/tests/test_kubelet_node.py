@@ -29,16 +29,16 @@ def test_kubelet_config_keys(host):
 
 def test_every_replaced_checkpoint_is_kept(host):
     backups = host.check_output("ls /var/lib/kubelet | grep -c '^cpu_manager_state\\..*\\.bak$'")
-    # converge's drain, six rewrites, the rolled-back rewrite's, the rolled-back drain's, the last drain; the period
-    # changes kept the checkpoint
-    assert backups == "10"
+    # converge's drain, six rewrites, the three rolled-back rewrites', the rolled-back drain's, the last drain; the
+    # period changes kept the checkpoint
+    assert backups == "12"
     first = host.check_output("ls /var/lib/kubelet/cpu_manager_state.*.bak | head -1")
     assert json.loads(host.file(first).content_string)["policyName"] == "none"
     assert host.file(first).mode == 0o600
     written = host.check_output("ls /var/lib/kubelet | grep -c '^cpu_manager_state\\.write-'")
-    # cpu_manager_checkpoint keeps the file each rewrite replaced too (the rolled-back one too; its rollback's write of
-    # the same bytes, which moved the web container back, replaced nothing)
-    assert written == "7"
+    # cpu_manager_checkpoint keeps the file each rewrite replaced too: the rolled-back ones whose checkpoint was
+    # written (two; a rollback's write of the same bytes, which moves the web container back, replaces nothing)
+    assert written == "8"
     state = json.loads(host.file("/var/lib/kubelet/cpu_manager_state").content_string)
     assert state["policyName"] == "static" and state["defaultCpuSet"] == "0-1"
 
