@@ -1,9 +1,9 @@
 """The kubelet role on a real server: a stand-in kubelet (it validates its checkpoint as the kubelet does and
 crash-loops on one it would reject) with two pinned containers; a reservation change that collides with one of them,
 rewritten without a drain through the rollout playbook, the moved container's cpuset changed live, the kubelet
-healthy, the system daemons confined to the reserved CPUs by the same rollout (after the same rollout three times
-with one step failing, each rolled back); then the agent role's housekeeper beside that kubelet, and housekeeping
-off. Six rollouts in all: each costs a minute or more under emulation."""
+healthy, the system daemons confined to the reserved CPUs by the same rollout (after the same rollout with its
+configuration write failing, rolled back); then the agent role's housekeeper beside that kubelet, and housekeeping
+off. Four rollouts in all: each costs a minute or more under emulation."""
 
 from __future__ import annotations
 
@@ -61,21 +61,16 @@ def test_the_kubelet_role_rewrites_the_checkpoint_without_a_drain_and_confines_t
     print("daemons before: %s" % (daemons_before,))
     BEFORE["daemons"] = daemons_before  # for the test that turns it off
 
-    # The same rollout with one step failing in turn: the checkpoint write (the file made immutable), the
-    # configuration write after the checkpoint was rewritten and the move pushed live, a kubelet that does not come
-    # back. Each time the previous checkpoint and configuration are there again, byte for byte, the containers on
-    # their CPUs, the kubelet running, and the rollout fails saying what it put back.
+    # The same rollout with its configuration write failing (the file made immutable) after the checkpoint was
+    # rewritten and the move pushed live to a real container: the previous checkpoint and configuration are there
+    # again, byte for byte, the container back on its CPUs, the kubelet running, and the rollout fails saying what it
+    # put back. (The checkpoint write failing, and a kubelet that does not come back, are failed on the systemd nodes
+    # of Molecule: extensions/molecule/podman/side_effect.yml, steps 5 to 6. Each failed rollout costs the guest a
+    # few minutes beside the suite.)
     failing = [
-        (["chattr", "+i", "/var/lib/kubelet/cpu_manager_state"], ["chattr", "-i", "/var/lib/kubelet/cpu_manager_state"],
-         {}, ["cannot move /var/lib/kubelet/cpu_manager_state aside: Operation not permitted",
-              "-- rolled back: the checkpoint was not changed", "the configuration was not changed"]),
         (["chattr", "+i", "/var/lib/kubelet/config.yaml"], ["chattr", "-i", "/var/lib/kubelet/config.yaml"],
          {}, ["Operation not permitted", "-- rolled back: the previous checkpoint was put back from",
               "the containers it moved were moved back", "the configuration was not changed"]),
-        (["sh", "-c", "echo 'stand-in failure: the test breaks the kubelet' > /etc/kubelet-standin/fail"],
-         ["rm", "/etc/kubelet-standin/fail"], {"kubelet_cpu_manager_health_timeout": 30},
-         ["is not healthy after the CPU manager change", "-- rolled back: the previous checkpoint was put back from",
-          "the containers it moved were moved back", "the previous configuration was put back from"]),
     ]
     state_before = guest.ssh(["cat", "/var/lib/kubelet/cpu_manager_state"]).stdout
     placed_before = {pod["uid"]: cpus(before[pod["uid"]]["c0"]) for pod in (one, two)}
