@@ -267,14 +267,16 @@ def plan_change(current: Mapping[str, Any], desired: Desired, topo: Topology, ve
     changed = [key for key in sorted(set(new) | set(current)) if new.get(key) != current.get(key)]
     kubelet = clamped(minor, {k: v for k, v in dict(new.get("featureGates") or {}, **flags).items()
                               if isinstance(v, bool)})
-    before, reserved_now = _verdict_now(current, topo, state, state_path, kubelet)
+    try:
+        current_options: Optional[Dict[str, str]] = _string_map(current.get("cpuManagerPolicyOptions"),
+                                                                "cpuManagerPolicyOptions")
+    except KubecpuError:
+        current_options = None
+    before, reserved_now = _verdict_now(current, current_options, topo, state, state_path=state_path,
+                                        kubelet=kubelet)
     after = state_verdict(state, desired.policy, topo, reserved, options=options, state_path=state_path,
                           kubelet=kubelet, admission=Admission(topo, tm_policy, tm_scope, tm_options))
     notes.extend(_format_notes(state, desired.policy, kubelet))
-    try:
-        current_options = _string_map(current.get("cpuManagerPolicyOptions"), "cpuManagerPolicyOptions")
-    except KubecpuError:
-        current_options = {}
     return Change(new, changed, reserved, source, needed, before, after, notes, _current_policy(current), reserved_now,
                   kubelet, current_options)
 
@@ -293,13 +295,15 @@ def _format_notes(state: Optional[bytes], policy: str, kubelet: KubeletVersion) 
     return []
 
 
-def _verdict_now(current: Mapping[str, Any], topo: Topology, state: Optional[bytes],
-                 state_path: str, kubelet: KubeletVersion) -> Tuple[Optional[str], Optional[CPUSet]]:
-    """Would the kubelet accept its checkpoint with the configuration as it is now (None when it would or when
-    that cannot be told), and the reserved CPUs it uses now."""
+def _verdict_now(current: Mapping[str, Any], options: Optional[Dict[str, str]], topo: Topology,
+                 state: Optional[bytes], *, state_path: str,
+                 kubelet: KubeletVersion) -> Tuple[Optional[str], Optional[CPUSet]]:
+    """Would the kubelet accept its checkpoint with the configuration as it is now (its policy ``options``, None
+    when they cannot be read) (None when it would or when that cannot be told), and the reserved CPUs it uses now."""
     policy = _current_policy(current)
+    if options is None:
+        return None, None
     try:
-        options = _string_map(current.get("cpuManagerPolicyOptions"), "cpuManagerPolicyOptions")
         reserved = _reserved(topo, Desired(policy=policy), current, parse_options(options))[0]
     except KubecpuError:
         return None, None
