@@ -6,8 +6,8 @@ server-streaming calls the CRI backend makes, and nothing else.
 What it does of HTTP/2 (RFC 9113) and gRPC's mapping onto it (the "gRPC over HTTP2" protocol document):
 - one connection, opened on the first call with the client preface and our SETTINGS (no server push, a 16 MiB
   receive window per stream and for the connection, replenished as data is read, the header list size we accept);
-  the server's own SETTINGS are read before the first request. A broken or timed-out connection is dropped and the
-  next call opens a new one;
+  the server's own SETTINGS, every one it sends before it acknowledges ours, apply to the first request. A broken
+  or timed-out connection is dropped and the next call opens a new one;
 - each call is a new client stream: HEADERS (``:path``, ``content-type: application/grpc``, ``te: trailers``,
   ``grpc-timeout``) and the length-prefixed message in DATA frames no larger than the server's frame size and its
   flow-control windows allow (RFC 9113 section 6.9: the sender waits for WINDOW_UPDATE), the last with END_STREAM;
@@ -197,14 +197,36 @@ class Connection:
         self.sock, self.buffer, self.decoder = sock, bytearray(), hpack.Decoder()
         self.next_stream, self.max_frame, self.unacknowledged, self.going_away = 1, DEFAULT_FRAME, 0, False
         self.initial_window, self.send_window, self.ping_sent = DEFAULT_WINDOW, DEFAULT_WINDOW, None
-        # RFC 9113 3.4: the server's preface is a SETTINGS frame, the first it sends; its windows and frame size
-        # apply to our first request
-        kind, flags, _sid, payload = self._frame(connect_by)
+        try:
+            self._handshake(connect_by)
+        except BaseException:
+            self.close()
+            raise
+        return sock
+
+    def _handshake(self, deadline: float) -> None:
+        """The server's frames up to its ACK of our SETTINGS. Its preface is a SETTINGS frame, the first it sends
+        (RFC 9113 3.4); a server that wants other values in force (a window lowered below the default, say) sends
+        them in later SETTINGS frames, before it acknowledges ours. Every one of them applies to our first request:
+        sending it after the first SETTINGS alone overran a window lowered that way (python-hyper's h2 as the
+        server closed the connection with a flow-control error on every first call). One round trip per new
+        connection."""
+        kind, flags, sid, payload = self._frame(deadline)
         if kind != SETTINGS or flags & ACK:
             raise ProtocolError("HTTP/2: the server's first frame is type %d, not SETTINGS" % kind)
-        self._settings(payload, None)
-        self._send(frame(SETTINGS, ACK, 0), connect_by)
-        return sock
+        while not (kind == SETTINGS and flags & ACK):
+            if sid and kind != PRIORITY:  # no stream is open yet (6.2: PRIORITY may name any stream)
+                raise ProtocolError("HTTP/2: frame type %d on stream %d before any request" % (kind, sid))
+            if kind == SETTINGS:
+                self._settings(payload, None)
+                self._send(frame(SETTINGS, ACK, 0), deadline)
+            elif kind == WINDOW_UPDATE:
+                self._window_update(None, 0, payload)
+            elif kind == PING and not flags & ACK:
+                self._send(frame(PING, ACK, 0, payload), deadline)
+            elif kind == GOAWAY:
+                raise _Unprocessed("UNAVAILABLE", "the server is going away (GOAWAY) before any call")
+            kind, flags, sid, payload = self._frame(deadline)
 
     @staticmethod
     def _remaining(deadline: Optional[float]) -> Optional[float]:
@@ -334,7 +356,7 @@ class Connection:
                     call.send_window += value - self.initial_window
                 self.initial_window = value
 
-    def _window_update(self, call: _Call, sid: int, payload: bytes) -> None:
+    def _window_update(self, call: Optional[_Call], sid: int, payload: bytes) -> None:
         if len(payload) != 4:
             raise ProtocolError("HTTP/2: a WINDOW_UPDATE frame of %d bytes (FRAME_SIZE_ERROR)" % len(payload))
         increment = struct.unpack(">I", payload)[0] & 0x7FFFFFFF
@@ -342,7 +364,7 @@ class Connection:
             if not increment or self.send_window + increment > MAX_WINDOW:
                 raise ProtocolError("HTTP/2: connection WINDOW_UPDATE of %d (RFC 9113 6.9)" % increment)
             self.send_window += increment
-        elif sid == call.stream:
+        elif call is not None and sid == call.stream:
             if not increment or call.send_window + increment > MAX_WINDOW:
                 raise self._broken("INTERNAL", "stream WINDOW_UPDATE of %d (RFC 9113 6.9)" % increment)
             call.send_window += increment

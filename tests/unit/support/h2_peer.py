@@ -12,6 +12,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.wire import gr
 
 OK_HEADERS = [(":status", "200"), ("content-type", "application/grpc")]
 TRAILERS = [("grpc-status", "0")]
+SETTINGS_ACK = grpc_h2.frame(grpc_h2.SETTINGS, grpc_h2.ACK, 0)
 
 
 def headers(stream, fields, flags=grpc_h2.END_HEADERS):
@@ -24,13 +25,13 @@ def message(payload):
 
 class Server:
     """Accepts connections one after another; ``behave(link)`` speaks for the server on each, after the server's
-    SETTINGS preface and the client's."""
+    SETTINGS preface, the client's, and the ``handshake`` frames (the ACK of the client's SETTINGS)."""
 
-    def __init__(self, path, behave, settings=b""):
+    def __init__(self, path, behave, settings=b"", handshake=(SETTINGS_ACK,)):
         self.listener = socket.socket(socket.AF_UNIX)
         self.listener.bind(path)
         self.listener.listen(4)
-        self.behave, self.settings = behave, settings
+        self.behave, self.settings, self.handshake = behave, settings, handshake
         self.links = []
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -47,6 +48,8 @@ class Server:
                 try:
                     conn.sendall(grpc_h2.frame(grpc_h2.SETTINGS, 0, 0, self.settings))
                     assert link.read(len(grpc_h2.PREFACE)) == grpc_h2.PREFACE
+                    link.until(grpc_h2.SETTINGS)  # the client's
+                    link.send(*self.handshake)  # by default its ACK, and nothing before it
                     self.behave(link)
                 except (EOFError, OSError):
                     pass

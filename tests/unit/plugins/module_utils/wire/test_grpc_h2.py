@@ -240,9 +240,9 @@ def test_what_a_server_may_send_becomes_grpcs_status(peer, script, code, details
 def hostile(tmp_path):
     made = []
 
-    def start(behave, settings=b""):
+    def start(behave, settings=b"", **handshake):
         path = str(tmp_path / ("hostile%d.sock" % len(made)))
-        made.append((h2_peer.Server(path, behave, settings), grpc_h2.Connection(path)))
+        made.append((h2_peer.Server(path, behave, settings, **handshake), grpc_h2.Connection(path)))
         return made[-1][1], made[-1][0]
 
     yield start
@@ -300,15 +300,15 @@ def test_a_grpc_status_that_is_not_a_number_is_unknown(hostile, status):
     assert raised.value.code == "UNKNOWN" and raised.value.details == "%zz\ufffd"
 
 
-def _credit_server(step, lowered=None):
+def _credit_server(step, lowered=None, initial=0):
     """A server that grants flow control ``step`` bytes at a time and records whether the client ever sent more than
-    it was granted (RFC 9113 6.9). With ``lowered``, it lowers SETTINGS_INITIAL_WINDOW_SIZE to that after the first
-    call. Each call is answered with the request echoed."""
+    it was granted (RFC 9113 6.9): a new stream's window is ``initial``. With ``lowered``, it lowers
+    SETTINGS_INITIAL_WINDOW_SIZE to that after the first call. Each call is answered with the request echoed."""
     violations = []
 
     def behave(link):
         window = {"conn": grpc_h2.DEFAULT_WINDOW}
-        initial = 0
+        nonlocal initial
         for call in (1, 3):
             kind, _flags, sid, _payload = link.until(grpc_h2.HEADERS)
             window[sid], body = initial, b""
@@ -348,56 +348,119 @@ def test_the_client_sends_only_what_the_server_grants(hostile, lowered):
     assert violations == []
 
 
-def test_against_an_h2_server_with_a_small_window_and_a_request_larger_than_it(tmp_path):
+def _lowered_window(h2, when):
+    """An h2 server's window lowered to 100 bytes: in its preface, in a second SETTINGS right after it, or only once
+    the client's preface has come in (then what is returned does it)."""
+    h2_settings = pytest.importorskip("h2.settings")
+    lowered = {h2_settings.SettingCodes.INITIAL_WINDOW_SIZE: 100}
+    if when == "in its preface":
+        h2.local_settings = h2_settings.Settings(client=False, initial_values=lowered)
+    if when != "after the client's preface":
+        h2.initiate_connection()
+    if when == "in a second SETTINGS":
+        h2.update_settings(lowered)
+    if when == "after the client's preface":
+        return lambda: (h2.initiate_connection(), h2.update_settings(lowered))
+    return None
+
+
+@pytest.mark.parametrize("when", ["in its preface", "in a second SETTINGS", "after the client's preface"])
+def test_against_an_h2_server_with_a_small_window_and_a_request_larger_than_it(tmp_path, when):
     """The h2 package (an independent HTTP/2 implementation, strict on flow control) as the server: its window is
-    100 bytes and it gives credit back as it reads; a 200,000-byte request and its echo go through."""
+    100 bytes and it gives credit back as it reads; a 200,000-byte request and its echo go through, and so do
+    1,000-byte first calls on new connections. Before the client read every SETTINGS the server sent ahead of its
+    ACK, a window lowered by a second SETTINGS was overrun by every first call (h2 closed the connection)."""
     h2_connection = pytest.importorskip("h2.connection")
     h2_config, h2_events = pytest.importorskip("h2.config"), pytest.importorskip("h2.events")
-    h2_settings = pytest.importorskip("h2.settings")
     path = str(tmp_path / "h2.sock")
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(path)
-    listener.listen(1)
+    listener.listen(4)
     errors = []
 
-    def serve():
-        conn, _address = listener.accept()
+    def serve_one(conn):
         h2 = h2_connection.H2Connection(config=h2_config.H2Configuration(client_side=False))
-        h2.local_settings = h2_settings.Settings(client=False, initial_values={
-            h2_settings.SettingCodes.INITIAL_WINDOW_SIZE: 100})
-        h2.initiate_connection()
+        late = _lowered_window(h2, when)
         conn.sendall(h2.data_to_send())
         bodies = {}
-        try:
-            while True:
-                data = conn.recv(65536)
-                if not data:
-                    return
-                for event in h2.receive_data(data):
-                    if isinstance(event, h2_events.DataReceived):
-                        bodies[event.stream_id] = bodies.get(event.stream_id, b"") + event.data
-                        h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-                    elif isinstance(event, h2_events.StreamEnded):
-                        body = bodies.pop(event.stream_id)
-                        h2.send_headers(event.stream_id, h2_peer.OK_HEADERS)
-                        for at in range(0, len(body), h2.max_outbound_frame_size):  # our window is 16 MiB
-                            h2.send_data(event.stream_id, body[at:at + h2.max_outbound_frame_size])
-                        h2.send_headers(event.stream_id, h2_peer.TRAILERS, end_stream=True)
-                conn.sendall(h2.data_to_send())
-        except Exception as exc:  # a flow-control violation, say: the test reads it
-            errors.append(exc)
+        while True:
+            data = conn.recv(65536)
+            if not data:
+                return
+            if late is not None:
+                late, _sent = None, late()
+            for event in h2.receive_data(data):
+                if isinstance(event, h2_events.DataReceived):
+                    bodies[event.stream_id] = bodies.get(event.stream_id, b"") + event.data
+                    h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2_events.StreamEnded):
+                    body = bodies.pop(event.stream_id)
+                    h2.send_headers(event.stream_id, h2_peer.OK_HEADERS)
+                    for at in range(0, len(body), h2.max_outbound_frame_size):  # our window is 16 MiB
+                        h2.send_data(event.stream_id, body[at:at + h2.max_outbound_frame_size])
+                    h2.send_headers(event.stream_id, h2_peer.TRAILERS, end_stream=True)
+            conn.sendall(h2.data_to_send())
+
+    def serve():
+        while True:
+            try:
+                conn, _address = listener.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    serve_one(conn)
+                except Exception as exc:  # a flow-control violation, say: the test reads it
+                    errors.append(exc)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    client = grpc_h2.Connection(path)
     try:
-        assert client.unary("/x/Y", b"z" * 200000, 10.0) == b"z" * 200000
-        assert client.unary("/x/Y", b"small", 10.0) == b"small"
+        for _first_call in range(3):
+            client = grpc_h2.Connection(path)
+            try:
+                assert client.unary("/x/Y", b"q" * 1000, 10.0) == b"q" * 1000
+            finally:
+                client.close()
+        client = grpc_h2.Connection(path)
+        try:
+            assert client.unary("/x/Y", b"z" * 200000, 10.0) == b"z" * 200000
+            assert client.unary("/x/Y", b"small", 10.0) == b"small"
+        finally:
+            client.close()
     finally:
-        client.close()
+        listener.shutdown(socket.SHUT_RDWR)
         listener.close()
         thread.join(timeout=5)
     assert errors == []
+
+
+@pytest.mark.parametrize("handshake, code, details", [
+    ([], "DEADLINE_EXCEEDED", "deadline"),  # our SETTINGS never acknowledged
+    ([grpc_h2.frame(grpc_h2.GOAWAY, 0, 0, struct.pack(">II", 0, 0))], "UNAVAILABLE", "GOAWAY"),
+    ([h2_peer.headers(1, h2_peer.OK_HEADERS)], "INTERNAL", "before any request"),
+    ([grpc_h2.frame(grpc_h2.WINDOW_UPDATE, 0, 0, struct.pack(">I", 0))], "INTERNAL", "WINDOW_UPDATE of 0"),
+])
+def test_a_handshake_that_goes_wrong_ends_the_first_call(hostile, handshake, code, details):
+    conn, _server = hostile(lambda link: link.until(255), handshake=handshake)
+    with pytest.raises(RpcStatus) as raised:
+        conn.unary("/x/Y", b"a", 1.0)
+    assert raised.value.code == code and details in raised.value.details
+
+
+def test_what_the_server_sends_before_its_ack_is_applied_to_the_first_request(hostile):
+    """A second SETTINGS (the window lowered to 7), a connection WINDOW_UPDATE and a PING before the ACK: the first
+    request keeps to the 7 bytes, and the PING is answered."""
+    behave, violations = _credit_server(10, initial=7)
+    conn, server = hostile(behave, struct.pack(">HI", grpc_h2.SETTINGS_INITIAL_WINDOW_SIZE, 0), handshake=(
+        grpc_h2.frame(grpc_h2.SETTINGS, 0, 0, struct.pack(">HI", grpc_h2.SETTINGS_INITIAL_WINDOW_SIZE, 7)),
+        grpc_h2.frame(grpc_h2.WINDOW_UPDATE, 0, 0, struct.pack(">I", 1000)),
+        grpc_h2.frame(grpc_h2.PING, 0, 0, b"abcdefgh"),
+        grpc_h2.frame(grpc_h2.SETTINGS, grpc_h2.ACK, 0)))
+    assert conn.unary("/x/Y", b"a" * 95, 5.0) == b"a" * 95
+    assert conn.send_window == grpc_h2.DEFAULT_WINDOW + 1000  # the server gave back all it read
+    assert violations == []
+    assert (grpc_h2.PING, grpc_h2.ACK, 0, b"abcdefgh") in server.links[0].frames
 
 
 def _goaway_server(last):
