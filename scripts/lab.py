@@ -11,10 +11,12 @@ Needs root, containerd, runc and busybox-static (ENVIRONMENT.md).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,7 +26,7 @@ import tempfile
 import time
 import importlib
 import uuid
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -168,6 +170,36 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dir = "/usr/lib/cni"
     conf_dir = "{dir}/cni"
 """
+# containerd 2's version 3 file: the CRI plugin split into runtime and images, strings quoted as containerd writes
+# them; NRI is on by default (its section only moves the socket).
+CONFIG_V3 = """version = 3
+root = '{dir}/root'
+state = '{dir}/state'
+disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapshotter.v1.zfs',
+                    'io.containerd.snapshotter.v1.devmapper', 'io.containerd.snapshotter.v1.erofs']
+imports = [{imports}]
+[grpc]
+  address = '{dir}/containerd.sock'
+[ttrpc]
+  address = '{dir}/containerd.sock.ttrpc'
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = 'overlayfs'
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = '{pause}'
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = 'runc'
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = 'io.containerd.runc.v2'
+      {base_spec}
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        SystemdCgroup = {systemd}
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ['/usr/lib/cni']
+    conf_dir = '{dir}/cni'
+"""
 NRI_CONFIG = """[plugins."io.containerd.nri.v1.nri"]
   disable = false
   socket_path = "{dir}/nri.sock"
@@ -233,18 +265,21 @@ class Lab:
     """One containerd in a temporary directory; ``with Lab() as lab:`` starts and tears it down."""
 
     def __init__(self, directory: Optional[str] = None, binaries: Optional[str] = None, *, nri: bool = False,
-                 systemd: bool = False, slow: bool = False, base_spec: Optional[str] = None) -> None:
+                 systemd: bool = False, slow: bool = False, base_spec: Optional[str] = None,
+                 config: Optional[str] = None) -> None:
         """``binaries``: a directory with another containerd (and its shim and ctr), first on its PATH; ``nri``: its
         NRI plugin socket at ``nri_socket`` (containerd 1.7 and later); ``systemd``: the systemd cgroup driver (pods
         in ``kubepods.slice`` as a kubelet with ``cgroupDriver: systemd`` makes them; needs systemd as PID 1);
         ``slow``: under emulation (a guest vCPU 25-30x slower), containerd waits 30 s for the NRI plugin (2 s, its
         default, otherwise) and the kubelet's calls 120 s; ``base_spec``: the runc handler's ``base_runtime_spec``
-        (the OCI spec every container starts from: where an OCI hook is installed)."""
+        (the OCI spec every container starts from: where an OCI hook is installed); ``config``: the whole
+        configuration file's text instead of the lab's own (``config_text``)."""
         self.dir = directory or tempfile.mkdtemp(prefix="kubecpu-lab-")
         self.binaries = binaries
         self.nri = nri
         self.systemd = systemd
         self.base_spec = base_spec
+        self.config = config
         self.nri_timeout = "30s" if slow else "2s"  # what containerd waits for a plugin's answer
         self.cri_timeout = 120.0 if slow else 10.0
         self.nri_socket = os.path.join(self.dir, "nri.sock")
@@ -269,14 +304,35 @@ class Lab:
     def __exit__(self, *exc: Any) -> None:
         self.teardown()
 
+    @functools.cached_property
+    def major(self) -> int:
+        """The major version of the containerd this lab runs (1 or 2)."""
+        out = subprocess.run(["containerd", "--version"], check=True, capture_output=True, text=True,
+                             env=self.env).stdout
+        found = re.search(r"\sv?([0-9]+)\.[0-9]+\.[0-9]+", out)
+        if found is None:
+            raise RuntimeError("cannot read containerd's version from %r" % out)
+        return int(found.group(1))
+
+    def config_text(self, imports: Sequence[str] = ()) -> str:
+        """The lab's configuration for its containerd: version 2 for 1.x, version 3 for 2.x (``imports`` there)."""
+        base = 'base_runtime_spec = "%s"' % self.base_spec if self.base_spec else ""
+        values = {"dir": self.dir, "pause": PAUSE_IMAGE, "systemd": str(self.systemd).lower(), "base_spec": base}
+        if self.major >= 2:
+            text = CONFIG_V3.format(imports=", ".join("'%s'" % name for name in imports), **values)
+        elif imports:
+            raise ValueError("the lab writes imports for containerd 2 only")
+        else:
+            text = CONFIG.format(**values)
+        if self.nri:  # containerd 2: NRI is on by default, only its socket moves into the lab
+            nri = NRI_CONFIG.format(dir=self.dir, nri_timeout=self.nri_timeout)
+            text += nri.replace("  disable = false\n", "") if self.major >= 2 else nri
+        return text
+
     def start(self) -> None:
         os.makedirs(os.path.join(self.dir, "cni"), exist_ok=True)
         with open(os.path.join(self.dir, "config.toml"), "w", encoding="utf-8") as handle:
-            base = 'base_runtime_spec = "%s"' % self.base_spec if self.base_spec else ""
-            handle.write(CONFIG.format(dir=self.dir, pause=PAUSE_IMAGE, systemd=str(self.systemd).lower(),
-                                       base_spec=base))
-            if self.nri:
-                handle.write(NRI_CONFIG.format(dir=self.dir, nri_timeout=self.nri_timeout))
+            handle.write(self.config if self.config is not None else self.config_text())
         self.start_daemon()
         for tag, cmd in ((BUSYBOX_IMAGE, ["/bin/sh"]), (PAUSE_IMAGE, ["/bin/sleep", "infinity"])):
             path = os.path.join(self.dir, tag.replace("/", "_").replace(":", "_") + ".tar")
@@ -330,12 +386,12 @@ class Lab:
 
     def _image_id(self, tag: str) -> str:
         out = subprocess.run(["ctr", "-a", self.socket, "-n", "k8s.io", "images", "ls"], check=True,
-                             capture_output=True, text=True).stdout
+                             capture_output=True, text=True, env=self.env).stdout
         for line in out.splitlines():
             if line.startswith(tag + " "):
                 digest = line.split()[2]
                 config = subprocess.run(["ctr", "-a", self.socket, "-n", "k8s.io", "content", "get", digest],
-                                        check=True, capture_output=True, text=True).stdout
+                                        check=True, capture_output=True, text=True, env=self.env).stdout
                 return str(json.loads(config)["config"]["digest"])
         raise RuntimeError("image %s not imported" % tag)
 

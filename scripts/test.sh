@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 started=$SECONDS
-work="" installed="" sanity_log="" molecule_log=""
-guest_pid="" sanity_pid="" molecule_pid=""
+work="" installed="" sanity_log="" molecule_log="" runtimes_log=""
+guest_pid="" sanity_pid="" molecule_pid="" runtimes_pid=""
 # The timing table printed at the end of every run, passed or failed: each stage's seconds (a stage ends where the
 # next begins), then the guest stage's groups and their parts (scripts/guest.py writes them to timings.tsv).
 stage_names=() stage_starts=()
@@ -25,6 +25,10 @@ timings() {
     next=${stage_starts[i + 1]:-$end}
     printf '%6d  %s\n' $((next - stage_starts[i])) "${stage_names[i]}"
   done
+  if [[ -f tests/output/runtimes.tsv ]]; then
+    printf '%6s  runtimes beside the above (built, or found in the cache):\n' ""
+    while IFS=$'\t' read -r what seconds; do printf '%6s    %s\n' "$seconds" "$what"; done < tests/output/runtimes.tsv
+  fi
   if [[ -f tests/output/guest/timings.tsv ]]; then
     printf '%6s  guest stage beside the above (its groups side by side; each part within its group):\n' ""
     while IFS=$'\t' read -r seconds what; do printf '%6s  %s\n' "$seconds" "$what"; done < tests/output/guest/timings.tsv
@@ -44,10 +48,11 @@ collect() {
 # the guest stage runs beside the others; on any exit it is stopped (it stops its QEMUs itself on SIGTERM)
 # (the failing stage's exit code is kept: under set -e the stopped guest stage's 143 from wait became the suite's)
 trap 'code=$?; if [[ -n $guest_pid ]] && kill "$guest_pid" 2>/dev/null; then wait "$guest_pid" || true; fi
+      if [[ -n $runtimes_pid ]] && kill "$runtimes_pid" 2>/dev/null; then wait "$runtimes_pid" || true; fi
       if [[ -n $sanity_pid ]] && kill "$sanity_pid" 2>/dev/null; then wait "$sanity_pid" || true; fi
       if [[ -n $molecule_pid ]] && kill -- "-$molecule_pid" 2>/dev/null; then wait "$molecule_pid" || true
         podman rm -f -t 0 kubecpu-kubelet-node kubecpu-agent-node >/dev/null 2>&1 || true; fi
-      rm -rf ${work:+"$work"} ${installed:+"$installed"} ${sanity_log:+"$sanity_log"} ${molecule_log:+"$molecule_log"}
+      rm -rf ${work:+"$work"} ${installed:+"$installed"} ${sanity_log:+"$sanity_log"} ${molecule_log:+"$molecule_log"} ${runtimes_log:+"$runtimes_log"}
       timings; exit $code' EXIT
 
 stage packages "system packages: python3 (the guest stage starts before the virtual environment), containerd, runc, busybox-static, podman, debootstrap, chromium, qemu-system-x86, e2fsprogs (apt-get when missing)"
@@ -60,6 +65,18 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 bash scripts/containerd-nri.sh >/dev/null  # containerd 1.7.24 with NRI: the integration tests' and the guest's
+
+stage runtimes-start "the other runtimes started in the background (scripts/runtimes.sh): crictl 1.37.0 and containerd 2.4.2 built from the Go module proxy (cached outside the clone by version), Debian's containerd 2.1; the integration tests wait for what they use; its output at the end"
+runtimes_log=$(mktemp)
+mkdir -p tests/output
+rm -f tests/output/runtimes.tsv tests/output/runtimes.txt
+(for name in crictl containerd-2.1 containerd-2.4; do
+   start=$SECONDS
+   bash scripts/runtimes.sh "$name" >/dev/null
+   printf '%s\t%d\n' "$name" $((SECONDS - start)) >> tests/output/runtimes.tsv
+ done
+ bash scripts/runtimes.sh versions > tests/output/runtimes.txt) > "$runtimes_log" 2>&1 &
+runtimes_pid=$!
 
 stage guest-start "guest stage started in the background: a real server (QEMU: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes, cgroup v2, systemd); the guests boot and their own tests run beside the next stages, the host-side tests wait for the virtual environment and the built collection (tests/output/guest/ready.json, written after the build stage); its output at the end"
 mkdir -p tests/output/guest
@@ -81,7 +98,7 @@ stage mypy "plugins/module_utils"
 mypy
 stage yamllint "yamllint"
 yamllint -s -d '{extends: default, rules: {line-length: {max: 160}, document-start: {present: true}}}' \
-  galaxy.yml meta changelogs tests/integration/modules.yml roles playbooks extensions examples
+  galaxy.yml meta changelogs tests/integration/modules.yml tests/integration/crictl.yml roles playbooks extensions examples
 stage ansible-lint "at the collection root, as Galaxy's importer runs it (production profile, .ansible-lint)"
 ANSIBLE_COLLECTIONS_PATH="$root/.cache/collections" ansible-lint --offline --profile production
 stage changelog "antsibull-changelog lint"
@@ -151,7 +168,11 @@ ANSIBLE_COLLECTIONS_PATH="$KUBECPU_COLLECTIONS_PATH" \
   > "$molecule_log" 2>&1 &
 molecule_pid=$!  # setsid's own process (a background job is no group leader): its session's process group
 
-stage integration "integration tests against a real containerd (bin/kubecpu reconcile, the agent, the modules)"
+stage runtimes-wait "the other runtimes: waiting for their builds, then their output"
+collect runtimes_pid "$runtimes_log" "the runtimes' builds"
+cat tests/output/runtimes.txt
+
+stage integration "integration tests against real runtimes: containerd 1.6, 1.7.24, 2.1.9, 2.4.2 and a real crictl (bin/kubecpu reconcile, the agent, the NRI plugin, the hook, the modules)"
 python -m pytest -q --junitxml=tests/output/junit-integration.xml tests/integration
 
 # the benchmarks' quick run (they must keep working; their figures come from full runs on a quiet host) while Molecule

@@ -14,13 +14,19 @@ description:
     CPUs it must not use; a container the hook cannot place is not created (the kubelet retries it). The agent role
     C(kubecpu.cpu_manager.cpu_manager_agent) runs this module for C(cpu_manager_fail_closed=true) and
     C(cpu_manager_agent_mode=hook).
-  - containerd (1.6 and 1.7; any other version is refused, as it was not seen running a base spec's hooks) gets the
-    hook through the CRI runtime handler's C(base_runtime_spec) - a spec file made from the handler's own base spec,
-    or containerd's default (C(ctr oci spec)), with the hook added - and one line in O(containerd_config); every other
-    byte of that file is left as it was. Before returning, C(containerd config dump) must show the file for the
-    handler, else the configuration is put back and the task fails. containerd must then restart
-    (RV(restart_needed)) to use it.
+  - containerd (1.6, 1.7, 2.1 and 2.4, the releases the collection's tests run; any other version is refused, as it
+    was not seen running a base spec's hooks) gets the hook through the CRI runtime handler's C(base_runtime_spec) -
+    a spec file made from the handler's own base spec, or containerd's default (C(ctr oci spec)), with the hook added
+    - and one line in one configuration file; every other byte of the operator's files is left as it was.
+  - The configuration is O(containerd_config) and the files it C(imports), read in containerd's order. The line goes
+    where containerd takes it from - on containerd 2, which merges imported tables key by key, the last file with the
+    handler's table (O(containerd_config) when none has it); on 1.x, where an imported table of the CRI plugin
+    replaces the whole plugin, the last file with one. Version 2 files get C("...") strings, version 3 files (what
+    C(containerd config default) writes on containerd 2) C('...').
+  - Before returning, C(containerd config dump) must show the file for the handler, else the configuration is put
+    back and the task fails. containerd must then restart (RV(restart_needed)) to use it.
   - CRI-O gets an OCI hooks.d file, C(kubecpu.json) in O(crio_hooks_dir), for every container at C(createRuntime).
+    CRI-O is untested - no test of the collection runs this on a CRI-O yet.
   - O(state=absent) puts back what the handler's C(base_runtime_spec) was before (or removes the line) and removes
     the files, only while the line is still kubecpu's.
 author: kubecpu developers (@kubecpu)
@@ -62,7 +68,10 @@ options:
     type: int
     default: 10
   containerd_config:
-    description: containerd's configuration file (version 2, or an empty file).
+    description:
+      - containerd's main configuration file (version 2 or 3, or an empty file, which gets the version of the
+        containerd that runs).
+      - The files it imports are read too; the line may go into one of them (see the description).
     type: path
     default: /etc/containerd/config.toml
   containerd_handler:

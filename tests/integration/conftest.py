@@ -15,6 +15,7 @@ importlib.import_module("conftest")
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 lab_module = importlib.import_module("lab")
+runtime_binaries = importlib.import_module("runtimes").runtime_binaries
 
 
 @pytest.fixture(scope="session")
@@ -26,6 +27,12 @@ def lab():
         pytest.skip("no real containerd here: " + "; ".join(problems))
     with lab_module.Lab() as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def crictl():
+    """A real crictl (sigs.k8s.io/cri-tools 1.37.0, built from the Go module proxy)."""
+    return os.path.join(runtime_binaries("crictl 1.37.0"), "crictl")
 
 
 @pytest.fixture(scope="session")

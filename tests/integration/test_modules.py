@@ -21,12 +21,12 @@ def collections_path():
     return os.path.join(ROOT, ".cache", "collections")
 
 
-def playbook(extra, *args):
+def playbook(extra, *args, path=PLAYBOOK):
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
                ANSIBLE_PYTHON_INTERPRETER=sys.executable, ANSIBLE_LOCALHOST_WARNING="0",
                ANSIBLE_INVENTORY_UNPARSED_WARNING="0", ANSIBLE_STDOUT_CALLBACK="default")
     bindir = os.path.dirname(sys.executable)
-    argv = [os.path.join(bindir, "ansible-playbook"), "-i", "localhost,", "-c", "local", PLAYBOOK,
+    argv = [os.path.join(bindir, "ansible-playbook"), "-i", "localhost,", "-c", "local", path,
             "-e", json.dumps(extra), *args]
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
 

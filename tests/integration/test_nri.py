@@ -1,6 +1,6 @@
-"""bin/kubecpu nri against a real runtime: Debian 13's containerd 1.7.24 with NRI enabled (scripts/containerd-nri.sh),
-cgroup v1, cgroupfs driver. A container's command prints its Cpus_allowed_list before anything else, so its log's
-first line is what it saw from its first instruction.
+"""bin/kubecpu nri against real runtimes: Debian 13's containerd 1.7.24 with NRI enabled, Debian's 2.1.9 and 2.4.2 built
+from its module, where NRI is on by default (scripts/runtimes.sh); cgroup v1, cgroupfs driver. A container's command
+prints its Cpus_allowed_list before anything else, so its log's first line is what it saw from its first instruction.
 
 These machines have 2 CPUs: one reserved, CPU 1 is the only one that can become exclusive.
 """
@@ -17,6 +17,7 @@ import threading
 import time
 
 import pytest
+from runtimes import runtime_binaries
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.waits import metric, until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,8 +25,10 @@ KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
 FIRST_LINE = ["/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status; exec sleep 100000"]
 
 
-@pytest.fixture(scope="module")
-def nri_lab(tmp_path_factory):
+@pytest.fixture(scope="module", params=["containerd 1.7.24", "containerd 2.1.9", "containerd 2.4.2"])
+def nri_lab(request):
+    """containerd with NRI: 1.7 with it enabled; 2.1 and 2.4, where it is on by default, told only where its socket
+    goes."""
     import lab as lab_module
 
     problems = lab_module.missing_requirements()
@@ -33,9 +36,7 @@ def nri_lab(tmp_path_factory):
         if os.environ.get("CI"):
             pytest.fail("the NRI tests need a real containerd: " + "; ".join(problems))
         pytest.skip("no real containerd here: " + "; ".join(problems))
-    binaries = subprocess.run(["bash", os.path.join(ROOT, "scripts", "containerd-nri.sh")], capture_output=True,
-                              text=True, check=True, timeout=600).stdout.strip().splitlines()[-1]
-    with lab_module.Lab(binaries=binaries, nri=True) as running:
+    with lab_module.Lab(binaries=runtime_binaries(request.param), nri=True) as running:
         yield running
 
 
@@ -249,3 +250,73 @@ def test_the_agent_also_wakes_on_the_cri_event_stream_of_containerd_1_7(nri_lab,
         _out, err = agent.communicate(timeout=30)
     first = json.loads(err.splitlines()[0])
     assert first["msg"] == "agent started" and first["woken_by"] == ["CgroupWatch", "EventStream"]
+
+
+NRI_CHECK = """---
+- name: The agent role's check of mode nri
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Mode nri takes the runtime as it is
+      ansible.builtin.include_role:
+        name: kubecpu.cpu_manager.cpu_manager_agent
+        tasks_from: nri_check.yml
+"""
+
+
+def test_the_agent_roles_nri_mode_changes_no_configuration_and_restarts_nothing(nri_lab, tmp_path):
+    """Where NRI is on (containerd 2: by default), the role's mode nri only looks for the socket: containerd's
+    configuration stays byte for byte and containerd keeps running (the same process); a missing socket is refused
+    saying where to look."""
+    from test_modules import collections_path
+
+    config = os.path.join(nri_lab.dir, "config.toml")
+    before, pid = open(config, "rb").read(), nri_lab.proc.pid
+    playbook = tmp_path / "nri.yml"
+    playbook.write_text(NRI_CHECK)
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_PYTHON_INTERPRETER=sys.executable)
+
+    def run(socket):
+        argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                str(playbook), "-e", json.dumps({"cpu_manager_agent_nri_socket": socket})]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+
+    proc = run(nri_lab.nri_socket)
+    assert proc.returncode == 0 and "changed=0" in proc.stdout, proc.stdout[-3000:]
+    assert open(config, "rb").read() == before and nri_lab.proc.pid == pid and nri_lab.proc.poll() is None
+    refused = run(str(tmp_path / "no-nri.sock"))
+    assert refused.returncode != 0 and "NRI disabled" in refused.stdout and "on by default" in refused.stdout
+
+
+STRICTEST_VALIDATOR = """[plugins."io.containerd.nri.v1.nri".default_validator]
+  enable = true
+  reject_oci_hook_adjustment = true
+  reject_runtime_default_seccomp_adjustment = true
+  reject_unconfined_seccomp_adjustment = true
+  reject_custom_seccomp_adjustment = true
+  reject_namespace_adjustment = true
+  reject_sysctl_adjustment = true
+  required_plugins = ['kubecpu']
+"""
+
+
+def test_containerd_2_4s_default_validator_at_its_strictest_takes_what_the_plugin_does(tmp_path, bare_python):
+    """containerd 2.4.2's NRI default validator (containerd 2.1.9 has none) with every rejection on and kubecpu a
+    required plugin: the plugin's adjustments pass (a Guaranteed container on its CPU from its first instruction);
+    and with the plugin stopped, containerd refuses to create a container at all - NRI failing closed."""
+    import lab as lab_module
+
+    runtime = lab_module.Lab(str(tmp_path / "lab"), binaries=runtime_binaries("containerd 2.4.2"), nri=True)
+    runtime.config = runtime.config_text() + STRICTEST_VALIDATOR
+    with runtime:
+        plugin = Plugin(runtime, str(tmp_path), bare_python)
+        plugin.start()
+        try:
+            pod = runtime.run_pod("fwd", "Guaranteed", [{"name": "main", "cpu": 1000, "command": FIRST_LINE}])
+            assert first_line(pod, "main") == "1" and plugin.entries() == {pod["uid"]: {"main": "1"}}
+        finally:
+            plugin.stop()
+        with pytest.raises(Exception) as refused:
+            runtime.run_pod("unguarded", "Burstable", [{"name": "app", "cpu": 250, "command": FIRST_LINE}])
+        assert 'required plugin "kubecpu" not present' in str(refused.value)

@@ -97,10 +97,8 @@ def test_the_readme_quick_start_as_written_ends_with_a_rollout_and_a_report(syst
     assert (node["node"], node["manager"], node["error"], node["policy"], node["reserved_cpus"]) == (
         "localhost", "agent", None, "static", "0"), node
 
-    # the rollout again changes nothing; the README's removal removes the agent
-    again = node_shell(systemd_node, "cd ~/kubecpu-quickstart && ansible-playbook -i inventory.yml "
-                                     "kubecpu.cpu_manager.rollout")
-    assert re.search(r"^localhost\s*: ok=\d+\s+changed=0\s", again.stdout, re.M), again.stdout[-3000:]
+    # the README's removal removes the agent (the rollout playbook's idempotence on a systemd node is Molecule's:
+    # its podman scenario converges through kubecpu.cpu_manager.rollout and runs it again)
     removal = re.search(r"`(ansible-playbook -i inventory.yml kubecpu.cpu_manager.rollout -e "
                         r"cpu_manager_agent_state=absent)`", open(os.path.join(ROOT, "README.md"),
                                                                   encoding="utf-8").read()).group(1)

@@ -1,7 +1,9 @@
 """The hook installed the way the agent role installs it (operations/runtime_hook.py, the cpu_manager_runtime_hook
-module), judged by real containerd 1.6 and 1.7.24: ``containerd config dump`` reads the edited config.toml with the
-spec for the runc handler, ``ctr oci spec`` is the base, a container started from that spec runs its first
-instruction on its exclusive CPU, and removal leaves config.toml byte for byte as it was."""
+module), judged by real containerd 1.6, 1.7.24, 2.1.9 and 2.4.2: ``containerd config dump`` reads the edited
+configuration with the spec for the runc handler, ``ctr oci spec`` is the base, a container started from that spec
+runs its first instruction on its exclusive CPU, and removal leaves every file byte for byte as it was. On
+containerd 2 the configuration is what ``containerd config default`` writes, with the operator's settings in
+imported files."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.runtime_hook import (
     Containerd, dumped_base_spec, hook_entry)
 
+from runtimes import runtime_binaries
 from test_hook import FIRST_LINE, KUBECPU, ROOT, first_line
 
 
@@ -28,10 +31,7 @@ def real_run(argv):
 
 @pytest.fixture(scope="module", params=["containerd 1.6", "containerd 1.7.24"])
 def binaries(request):
-    if request.param == "containerd 1.6":
-        return ""
-    return subprocess.run(["bash", os.path.join(ROOT, "scripts", "containerd-nri.sh")], capture_output=True,
-                          text=True, check=True, timeout=600).stdout.strip().splitlines()[-1]
+    return runtime_binaries(request.param)
 
 
 def test_installed_run_and_removed_on_a_real_containerd(binaries, tmp_path, bare_python):
@@ -68,6 +68,72 @@ def test_installed_run_and_removed_on_a_real_containerd(binaries, tmp_path, bare
     assert not os.path.exists(spec) and not containerd.remove(check=False).changed
 
 
+OPERATORS_RUNC = """version = 3
+# the operator's runtime handler, in a drop-in as distributions ship them
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+  runtime_type = 'io.containerd.runc.v2'
+  base_runtime_spec = ''
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+    SystemdCgroup = false
+"""
+
+
+def containerd2_files(tmp_path, binaries):
+    """containerd 2's configuration as a node has it: ``containerd config default`` (its ``imports``, [] on 2.1 and
+    /etc/containerd/conf.d/*.toml on 2.4, pointed at the test's drop-in directory), the lab's settings (paths, sandbox
+    image) in one drop-in, the operator's handler in another. Returns the main file, the lab, and every file's
+    text."""
+    import lab as lab_module
+
+    main, conf = tmp_path / "config.toml", tmp_path / "conf.d"
+    conf.mkdir()
+    default = real_run([os.path.join(binaries, "containerd"), "config", "default"])
+    assert re.search(r"^version = [34]$", default, re.MULTILINE)  # 2.1: 3; 2.4: 4 (and a drop-in directory)
+    main.write_text(re.sub(r"^imports = \[.*\]$", "imports = ['%s/*.toml']" % conf, default, count=1,
+                           flags=re.MULTILINE))
+    lab = lab_module.Lab(str(tmp_path / "lab"), binaries=binaries)
+    (conf / "10-lab.toml").write_text(lab.config_text())
+    (conf / "20-runc.toml").write_text(OPERATORS_RUNC)
+    files = (main, conf / "10-lab.toml", conf / "20-runc.toml")
+    return main, lab, {path: open(path, encoding="utf-8").read() for path in files}
+
+
+@pytest.mark.parametrize("runtime", ["containerd 2.1.9", "containerd 2.4.2"])
+def test_on_containerd_2_as_shipped_with_the_operators_settings_imported(runtime, tmp_path, bare_python):
+    binaries = runtime_binaries(runtime)
+    main, lab, before = containerd2_files(tmp_path, binaries)
+    agent = tmp_path / "agent.json"
+    agent.write_text(json.dumps({"state": str(tmp_path / "state"), "reserved_cpus": "0",
+                                 "kubelet_state": str(tmp_path / "no-kubelet-state"), "period": "10s"}))
+    spec = str(tmp_path / "base-runtime-spec.json")
+    containerd = Containerd(str(main), "runc", spec, real_run, binaries)
+    entry = hook_entry(bare_python, KUBECPU, str(agent), 10)
+
+    done = containerd.install(entry, check=False)
+    runc = str(tmp_path / "conf.d" / "20-runc.toml")
+    assert done.changed and done.restart and runc in done.files  # the file whose table containerd 2 takes last
+    after = {path: open(path, encoding="utf-8").read() for path in before}
+    assert [path for path in before if after[path] != before[path]] == [tmp_path / "conf.d" / "20-runc.toml"]
+    assert set(after[tmp_path / "conf.d" / "20-runc.toml"].splitlines()) ^ set(OPERATORS_RUNC.splitlines()) == {
+        "  base_runtime_spec = ''", "  base_runtime_spec = '%s'" % spec}  # one line, in containerd 2's quotes
+    dump = real_run([containerd.containerd, "--config", str(main), "config", "dump"])
+    assert dumped_base_spec(dump, "runc") == spec and "SystemdCgroup = false" in dump
+    assert not containerd.install(entry, check=False).changed
+
+    lab.config = after[main]
+    with lab:
+        app = lab.run_pod("app", "Guaranteed", [{"name": "app", "cpu": 1000, "command": FIRST_LINE}])
+        assert first_line(app) == "1"
+        web = lab.run_pod("web", "Burstable", [{"name": "app", "cpu": 250, "command": FIRST_LINE}])
+        assert first_line(web) == "0"
+        lab.remove_pod(web)
+        lab.remove_pod(app)
+
+    assert containerd.remove(check=False).changed
+    assert {path: open(path, encoding="utf-8").read() for path in before} == before  # byte for byte
+    assert not os.path.exists(spec) and not containerd.remove(check=False).changed
+
+
 HOOK_TASKS = """---
 - name: The agent role's OCI hook tasks
   hosts: localhost
@@ -80,7 +146,7 @@ HOOK_TASKS = """---
 """
 
 
-def role_hook(tmp_path, fail_closed, python, check=False):
+def role_hook(tmp_path, fail_closed, python, check=False, binaries=""):
     """The role's hook tasks on this machine (containerd 1.6 from Debian; no restart: the test's containerd is not
     a service); the PLAY RECAP's changed count."""
     from test_modules import collections_path
@@ -97,6 +163,7 @@ def role_hook(tmp_path, fail_closed, python, check=False):
              "cpu_manager_agent_config_path": str(tmp_path / "agent.json"), "cpu_manager_agent_python": python,
              "cpu_manager_agent_containerd_config": str(tmp_path / "config.toml"),
              "cpu_manager_agent_containerd_service": "", "ansible_python_interpreter": sys.executable,
+             "cpu_manager_agent_containerd_binaries": binaries,
              "cpu_manager_agent_hook_spec_path": str(tmp_path / "base-runtime-spec.json")}
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_STDOUT_CALLBACK="default")
@@ -107,21 +174,31 @@ def role_hook(tmp_path, fail_closed, python, check=False):
     return int(re.search(r"changed=(\d+)", proc.stdout).group(1)), proc.stdout
 
 
-def test_the_agent_roles_hook_tasks_install_verify_and_undo(tmp_path, bare_python):
+@pytest.mark.parametrize("runtime", ["containerd 1.6", "containerd 2.4.2"])
+def test_the_agent_roles_hook_tasks_install_verify_and_undo(runtime, tmp_path, bare_python):
     import lab as lab_module
 
-    original = lab_module.CONFIG.format(dir=tmp_path / "unused", pause=lab_module.PAUSE_IMAGE, systemd="false",
-                                        base_spec="")
-    (tmp_path / "config.toml").write_text(original)
+    binaries = runtime_binaries(runtime)
+    if binaries:  # containerd 2: its default configuration, the operator's handler in an imported file
+        main, _lab, before = containerd2_files(tmp_path, binaries)
+    else:
+        main = tmp_path / "config.toml"
+        main.write_text(lab_module.CONFIG.format(dir=tmp_path / "unused", pause=lab_module.PAUSE_IMAGE,
+                                                 systemd="false", base_spec=""))
+        before = {main: main.read_text()}
+
+    def files():
+        return {path: path.read_text() for path in before}
+
     (tmp_path / "agent.json").write_text(json.dumps({"state": str(tmp_path / "state"), "reserved_cpus": "0"}))
-    changed, _out = role_hook(tmp_path, True, bare_python, check=True)
-    assert changed == 1 and (tmp_path / "config.toml").read_text() == original  # check mode: nothing written
-    changed, out = role_hook(tmp_path, True, bare_python)
+    changed, _out = role_hook(tmp_path, True, bare_python, check=True, binaries=binaries)
+    assert changed == 1 and files() == before  # check mode: nothing written
+    changed, out = role_hook(tmp_path, True, bare_python, binaries=binaries)
     assert changed == 1 and "containerd takes it when it restarts" in out
     assert "Run the hook's command line from the runtime's spec" in out  # and it passed the probe container
     spec = json.loads((tmp_path / "base-runtime-spec.json").read_text())
     assert spec["hooks"]["createRuntime"][0]["args"][:3] == [bare_python, "-I", "-S"]
-    assert role_hook(tmp_path, True, bare_python)[0] == 0  # idempotent
-    assert role_hook(tmp_path, False, bare_python)[0] == 1
-    assert (tmp_path / "config.toml").read_text() == original and not (tmp_path / "base-runtime-spec.json").exists()
-    assert role_hook(tmp_path, False, bare_python)[0] == 0
+    assert role_hook(tmp_path, True, bare_python, binaries=binaries)[0] == 0  # idempotent
+    assert role_hook(tmp_path, False, bare_python, binaries=binaries)[0] == 1
+    assert files() == before and not (tmp_path / "base-runtime-spec.json").exists()
+    assert role_hook(tmp_path, False, bare_python, binaries=binaries)[0] == 0

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The container runtimes and tools the suite runs beside Debian 12's containerd 1.6, each at a pinned version.
+# Prints the directory holding the binaries (put it first on PATH: containerd finds its shim there).
+#
+#   runtimes.sh containerd-1.7   Debian 13's package (1.7.24, NRI), extracted (scripts/containerd-nri.sh)
+#   runtimes.sh containerd-2.1   Debian unstable's package (2.1.x), extracted into .cache/containerd-2.1
+#   runtimes.sh containerd-2.4   containerd v2.4.2 (containerd, ctr, the runc shim) built from the Go module proxy
+#   runtimes.sh crictl           sigs.k8s.io/cri-tools v1.37.0's crictl built from the Go module proxy
+#   runtimes.sh versions         one line per runtime above that is present: name, version, where
+#
+# Go builds are cached outside the clone by name and version (~/.cache/kubecpu/upstream/NAME-VERSION, or
+# $KUBECPU_UPSTREAM_CACHE), as is Go's own module cache: a version is built once per machine. Nothing is installed
+# over the machine's packages. Safe to run again, and from two processes at once (a lock).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CONTAINERD2_VERSION=v2.4.2
+CRICTL_VERSION=v1.37.0
+cache=${KUBECPU_UPSTREAM_CACHE:-$HOME/.cache/kubecpu/upstream}
+[[ -n $(command -v go) || ! -x /usr/local/go/bin/go ]] || PATH=/usr/local/go/bin:$PATH  # Go from its tarball, not on PATH
+
+# Debian's package of another suite (trixie, sid), downloaded at a low apt priority (never chosen on its own).
+debian_containerd() {
+  local suite=$1 dest=$2
+  if [[ -x $dest/usr/bin/containerd ]]; then
+    echo "$(pwd)/$dest/usr/bin"
+    return
+  fi
+  local sources=/etc/apt/sources.list.d/kubecpu-$suite.sources
+  if [[ ! -f $sources ]]; then
+    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: main\nSigned-By: %s\n' \
+      "$suite" /usr/share/keyrings/debian-archive-keyring.gpg > "$sources"
+    printf 'Package: *\nPin: release n=%s\nPin-Priority: 100\n' "$suite" > "/etc/apt/preferences.d/kubecpu-$suite"
+    apt-get update -qq >&2
+  fi
+  local work
+  work=$(mktemp -d)
+  (cd "$work" && apt-get download -q "containerd/$suite") >&2
+  rm -rf "$dest.tmp"
+  mkdir -p "$dest.tmp"
+  dpkg-deb -x "$work"/containerd_*.deb "$dest.tmp"
+  rm -rf "$work" "$dest"
+  mv "$dest.tmp" "$dest"
+  "$dest/usr/bin/containerd" --version >&2
+  echo "$(pwd)/$dest/usr/bin"
+}
+
+# `go install PACKAGE@VERSION` for each package, static, into the cache (the module's own go.mod decides every
+# dependency's version). Built into a temporary directory and renamed: a killed build leaves no half a cache.
+# Go's module and build caches (GOMODCACHE, GOCACHE) are outside the clone too.
+go_build() {
+  local name=$1 version=$2 ldflags=$3
+  shift 3
+  local dest=$cache/$name-$version
+  if [[ -f $dest/done ]]; then
+    echo "$dest/bin"
+    return
+  fi
+  local work started
+  work=$(mktemp -d "$cache/.build-XXXXXX")
+  started=$SECONDS
+  for package in "$@"; do
+    CGO_ENABLED=0 GOBIN="$work/bin" GOFLAGS=-buildvcs=false go install -trimpath -tags "$GO_TAGS" \
+      -ldflags "-s -w $ldflags" "$package@$version" >&2
+  done
+  echo "$name $version built in $((SECONDS - started)) s" >&2
+  rm -rf "$dest"
+  mv "$work" "$dest"
+  touch "$dest/done"
+  echo "$dest/bin"
+}
+
+# one at a time on this machine (the suite builds in the background while tests may ask for the same runtime)
+mkdir -p "$cache"
+exec 9>"$cache/.lock"
+flock 9
+
+case ${1:-} in
+  containerd-1.7) bash scripts/containerd-nri.sh ;;
+  containerd-2.1) debian_containerd sid .cache/containerd-2.1 ;;
+  containerd-2.4)
+    GO_TAGS="no_btrfs no_devmapper no_zfs no_aufs" go_build containerd "$CONTAINERD2_VERSION" \
+      "-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD2_VERSION" \
+      github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/ctr \
+      github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 ;;
+  crictl)
+    GO_TAGS="" go_build crictl "$CRICTL_VERSION" "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" \
+      sigs.k8s.io/cri-tools/cmd/crictl ;;
+  versions)
+    for bin in /usr/bin .cache/containerd-nri/usr/bin .cache/containerd-2.1/usr/bin \
+        "$cache/containerd-$CONTAINERD2_VERSION/bin"; do
+      [[ -x $bin/containerd ]] && echo "containerd $("$bin/containerd" --version | awk '{print $3}') $bin"
+    done
+    [[ -x $cache/crictl-$CRICTL_VERSION/bin/crictl ]] && \
+      echo "crictl $("$cache/crictl-$CRICTL_VERSION/bin/crictl" --version | awk '{print $3}') $cache/crictl-$CRICTL_VERSION/bin"
+    true ;;
+  *) echo "usage: $0 containerd-1.7|containerd-2.1|containerd-2.4|crictl|versions" >&2; exit 2 ;;
+esac

@@ -1,0 +1,104 @@
+"""Every runtime beyond Debian 12's containerd 1.6 (scripts/runtimes.sh: containerd 1.7.24 and 2.1.9 from Debian,
+2.4.2 and crictl 1.37.0 built from the Go module proxy), for what the CRI backends do on it: ``bin/kubecpu
+reconcile`` over CRI (gRPC) and through a real crictl pins, shares and releases, ``state --rebuild`` rebuilds a
+lost state file from what crictl lists, the pod annotations kubecpu reads come through both, and the modules
+cpu_manager_reconcile and cpu_manager_allocate run through crictl. The recorded crictl samples stay as the unit
+tests' data (tests/unit/support/fake_crictl.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+from runtimes import runtime_binaries
+from test_containerd import ENV, KUBECPU
+from test_modules import playbook
+
+CRICTL_PLAYBOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crictl.yml")
+
+
+@pytest.fixture(scope="module", params=["containerd 1.7.24", "containerd 2.1.9", "containerd 2.4.2"])
+def runtime_lab(request, tmp_path_factory):
+    import lab as lab_module  # conftest put scripts/ on the path
+
+    directory = str(tmp_path_factory.mktemp("crictl-lab"))
+    with lab_module.Lab(directory, binaries=runtime_binaries(request.param)) as lab:
+        yield lab
+
+
+def kubecpu(lab, crictl, *argv):
+    """bin/kubecpu through ``crictl`` (None: over CRI, gRPC)."""
+    backend = ["--runtime", "crictl", "--crictl", crictl] if crictl else ["--runtime", "cri"]
+    proc = subprocess.run([KUBECPU, *argv, *backend, "--runtime-endpoint", lab.endpoint, "--num-reserved", "1"],
+                          capture_output=True, text=True, env=ENV, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_crictl_reports_the_runtime_it_talks_to(runtime_lab, crictl):
+    out = subprocess.run([crictl, "--runtime-endpoint", runtime_lab.endpoint, "version"], capture_output=True,
+                         text=True, check=True, timeout=60).stdout
+    binaries = runtime_lab.binaries
+    version = subprocess.run([os.path.join(binaries, "containerd"), "--version"], capture_output=True, text=True,
+                             check=True).stdout.split()[2]
+    assert "RuntimeName:  containerd" in out and "RuntimeVersion:  %s" % version.lstrip("v") in out.replace(
+        "RuntimeVersion:  v", "RuntimeVersion:  ")
+
+
+@pytest.mark.parametrize("backend", ["crictl", "cri"])
+def test_reconcile_pins_shares_releases_and_a_lost_state_is_rebuilt(runtime_lab, crictl, tmp_path, backend):
+    lab, state = runtime_lab, tmp_path / "state"
+    crictl = crictl if backend == "crictl" else None
+    kubelet = ("--state", str(state), "--kubelet-state", str(tmp_path / "kubelet"))
+    g = lab.run_pod("crictl-g", "Guaranteed", [{"name": "main", "cpu": 1000}, {"name": "half", "cpu": 500}])
+    b = lab.run_pod("crictl-b", "Burstable", [{"name": "app", "cpu": 250}])
+    try:
+        first = kubecpu(lab, crictl, "reconcile", *kubelet)
+        assert [(a["container"], a["cpus"]) for a in first["actions"] if a["action"] == "allocate"] == [("main", "1")]
+        assert lab.cgroup_cpus(g, g["containers"]["main"]) == "1" == lab.allowed_cpus(g["containers"]["main"])
+        assert lab.cgroup_cpus(g, g["containers"]["half"]) == "0" == lab.cgroup_cpus(b, b["containers"]["app"])
+        assert not kubecpu(lab, crictl, "reconcile", *kubelet)["changed"]
+
+        lost = json.loads(state.read_text())
+        state.write_text("lost in a crash")
+        rebuilt = kubecpu(lab, crictl, "state", "--rebuild", "--state", str(state))
+        assert (rebuilt["entries"], rebuilt["defaultCpuSet"]) == (lost["entries"], lost["defaultCpuSet"]) == (
+            {g["uid"]: {"main": "1"}}, "0")
+        assert json.loads(state.read_text())["entries"] == lost["entries"]
+    finally:
+        lab.remove_pod(g)
+        lab.remove_pod(b)
+    released = kubecpu(lab, crictl, "reconcile", *kubelet)
+    assert [a["action"] for a in released["actions"]] == ["release"]
+    assert json.loads(state.read_text()).get("entries", {}) == {}  # omitted when empty, as the kubelet writes it
+
+
+def test_the_modules_through_crictl(runtime_lab, crictl, tmp_path):
+    lab = runtime_lab
+    pod = lab.run_pod("crictl-ansible", "Guaranteed", [{"name": "main", "cpu": 1000}])
+    try:
+        proc = playbook({"crictl": crictl, "endpoint": lab.endpoint, "state_path": str(tmp_path / "state"),
+                         "kubelet_state": str(tmp_path / "kubelet"), "pod_uid": pod["uid"],
+                         "main_id": pod["containers"]["main"]}, path=CRICTL_PLAYBOOK)
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+        assert lab.cgroup_cpus(pod, pod["containers"]["main"]) == "1" == lab.allowed_cpus(pod["containers"]["main"])
+    finally:
+        lab.remove_pod(pod)
+
+
+def test_the_pod_annotations_kubecpu_reads_come_through_both_backends(runtime_lab, crictl):
+    """kubecpu's annotations and CRI-O's name for interrupt isolation, from the sandbox as the runtime keeps it."""
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.crictl import CrictlRuntime
+
+    notes = {"cpu-burst.kubecpu.io": "20ms", "irq-load-balancing.kubecpu.io": "disable",
+             "irq-load-balancing.crio.io": "disable"}
+    pod = runtime_lab.run_pod("noted", "Burstable", [{"name": "app", "cpu": 100}], annotations=notes)
+    try:
+        through_crictl = CrictlRuntime(crictl, runtime_lab.endpoint, timeout=30).pod_annotations(pod["sandbox_id"])
+        over_cri = runtime_lab.cri.pod_annotations(pod["sandbox_id"])
+        for found in (through_crictl, over_cri):
+            assert {key: found.get(key) for key in notes} == notes
+    finally:
+        runtime_lab.remove_pod(pod)
