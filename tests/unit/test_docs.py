@@ -25,7 +25,7 @@ def cited():
     return found - {"README.md", "CHANGELOG.md", "DEVELOPERS.md", "ENVIRONMENT.md", "STYLE.md"}
 
 
-KUBECPU_OWN = ("README.md", "VERSIONS_IN_KUBECPU.md", "ARCHITECTURE.md", "HOUSEKEEPING.md")  # not copies of the ground truth
+KUBECPU_OWN = ("README.md", "VERSIONS_IN_KUBECPU.md", "ARCHITECTURE.md", "HOUSEKEEPING.md", "RUNTIMES_TESTED.md")  # not copies of the ground truth
 
 
 def test_every_cited_document_is_in_docs():
@@ -40,3 +40,18 @@ def test_every_cited_document_is_in_docs():
 def test_the_copies_equal_the_ground_truth(name):
     with open(os.path.join(ROOT, "docs", name), "rb") as copy, open(os.path.join(SHARED, name), "rb") as truth:
         assert copy.read() == truth.read(), "docs/%s differs from the ground truth: copy it again" % name
+
+
+def test_every_test_the_runtimes_table_names_exists_and_runs_for_that_runtime():
+    """docs/RUNTIMES_TESTED.md backs each cell with a test: the file defines it, and a ``[run]`` it names is one of
+    the test's parameters (each part of ``a-b`` appears in the file)."""
+    with open(os.path.join(ROOT, "docs", "RUNTIMES_TESTED.md"), encoding="utf-8") as handle:
+        table = handle.read()
+    named = re.findall(r"`(tests/[\w/]+\.py)::(test_\w+)(?:\[([^\]]+)\])?`", table)
+    assert len(named) >= 30
+    for path, test, run in named:
+        with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
+            source = handle.read()
+        assert "def %s(" % test in source, "%s::%s" % (path, test)
+        for part in run.split("-") if run else ():
+            assert '"%s"' % part in source, "%s::%s[%s]: no parameter %r" % (path, test, run, part)
