@@ -21,8 +21,7 @@ read has a deadline (a call's, or for a stream without one the keepalive's), and
 never the process.
 
 Why not grpcio: importing it costs about 100 ms (asyncio included), more than the rest of a module's run on the
-node, and it is one package less to install on every node.
-"""
+node, and it is one package less to install on every node."""
 
 from __future__ import annotations
 
@@ -180,8 +179,10 @@ class Connection:
     # --- the connection ---------------------------------------------------------------------------------------
     def _open(self, deadline: Optional[float]) -> socket.socket:
         family, where = address(self.endpoint)
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        connect_by = deadline if deadline is not None else time.monotonic() + CONNECT_TIMEOUT
+        self.sock, self.buffer, self.decoder = socket.socket(family, socket.SOCK_STREAM), bytearray(), hpack.Decoder()
+        self.next_stream, self.max_frame, self.unacknowledged, self.going_away = 1, DEFAULT_FRAME, 0, False
+        self.initial_window, self.send_window, self.ping_sent = DEFAULT_WINDOW, DEFAULT_WINDOW, None
+        sock, connect_by = self.sock, deadline if deadline is not None else time.monotonic() + CONNECT_TIMEOUT
         try:
             sock.settimeout(self._remaining(connect_by))
             sock.connect(where)
@@ -191,13 +192,6 @@ class Connection:
                                    SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST)
             sock.sendall(PREFACE + frame(SETTINGS, 0, 0, settings)
                          + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", WINDOW - DEFAULT_WINDOW)))
-        except BaseException:
-            sock.close()
-            raise
-        self.sock, self.buffer, self.decoder = sock, bytearray(), hpack.Decoder()
-        self.next_stream, self.max_frame, self.unacknowledged, self.going_away = 1, DEFAULT_FRAME, 0, False
-        self.initial_window, self.send_window, self.ping_sent = DEFAULT_WINDOW, DEFAULT_WINDOW, None
-        try:
             self._handshake(connect_by)
         except BaseException:
             self.close()
@@ -205,12 +199,8 @@ class Connection:
         return sock
 
     def _handshake(self, deadline: float) -> None:
-        """The server's frames up to its ACK of our SETTINGS. Its preface is a SETTINGS frame, the first it sends
-        (RFC 9113 3.4); a server that wants other values in force (a window lowered below the default, say) sends
-        them in later SETTINGS frames, before it acknowledges ours. Every one of them applies to our first request:
-        sending it after the first SETTINGS alone overran a window lowered that way (python-hyper's h2 as the
-        server closed the connection with a flow-control error on every first call). One round trip per new
-        connection."""
+        """The server's frames up to its ACK of our SETTINGS: its preface (RFC 9113 3.4) and every SETTINGS it sends
+        before that ACK (a lowered window, say) apply to our first request. One round trip per new connection."""
         kind, flags, sid, payload = self._frame(deadline)
         if kind != SETTINGS or flags & ACK:
             raise ProtocolError("HTTP/2: the server's first frame is type %d, not SETTINGS" % kind)
