@@ -2,7 +2,7 @@
 # Apache License 2.0 (see LICENSE)
 """A real server for the test suite: a QEMU guest with 2 sockets x 2 cores x 2 threads, 2 NUMA nodes (memory split
 over them), cgroup v2, systemd as PID 1, writable IRQ affinity, containerd 1.6 (Debian 12) installed and 1.7.24 (the
-extracted binaries of scripts/containerd-nri.sh) shared in, as ENVIRONMENT.md found by trying.
+extracted binaries of scripts/runtimes.sh: containerd 1.7.24 and 2.1.9) shared in, as ENVIRONMENT.md found by trying.
 
     python3 scripts/guest.py build              # the image, once per recipe (cached in ~/.cache/kubecpu/guest)
     python3 scripts/guest.py costs              # what the guest stage is made of: a boot, an interpreter's start, a
@@ -407,7 +407,7 @@ GROUPS: Dict[str, Dict[str, List[str]]] = {
     "node": {"guest": ["tests/guest/test_discovery.py", "tests/guest/test_pinning.py",
                        "tests/guest/test_operations.py"],
              "host": ["tests/guest_host/test_kubelet_role.py"]},
-    "roles": {"guest": ["tests/guest/test_housekeeping.py"],
+    "roles": {"guest": ["tests/guest/test_housekeeping.py", "tests/guest/test_drivers.py"],
               "host": ["tests/guest_host/test_agent_role.py"]},
 }
 
@@ -422,11 +422,12 @@ def stage(output: str, timeout: float, groups: Sequence[str], ready: Optional[st
         pass  # this run's parts only
     build()
     _timing(output, time.monotonic() - started, "the image (built when its recipe is new, else found in %s)" % CACHE)
-    nri = subprocess.run(["bash", os.path.join(ROOT, "scripts", "containerd-nri.sh")], capture_output=True,
-                         text=True, check=False)
-    if nri.returncode != 0:
-        print("guest: containerd 1.7.24 could not be had for the guest:\n%s" % nri.stderr[-2000:], file=sys.stderr)
-        return 3
+    for runtime in ("containerd-1.7", "containerd-2.1"):  # extracted into the checkout, which the guest shares
+        got = subprocess.run(["bash", os.path.join(ROOT, "scripts", "runtimes.sh"), runtime], capture_output=True,
+                             text=True, check=False)
+        if got.returncode != 0:
+            print("guest: %s could not be had for the guest:\n%s" % (runtime, got.stderr[-2000:]), file=sys.stderr)
+            return 3
     results: Dict[str, Tuple[int, float]] = {}
     threads = [threading.Thread(target=_group, args=(name, output, timeout, results, ready), name=name)
                for name in groups]

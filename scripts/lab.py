@@ -280,6 +280,7 @@ class Lab:
         self.systemd = systemd
         self.base_spec = base_spec
         self.config = config
+        self.oom_floor = -1000  # the lowest oom_score_adj asked for (containerd clamps: restrict_oom_score_adj)
         self.nri_timeout = "30s" if slow else "2s"  # what containerd waits for a plugin's answer
         self.cri_timeout = 120.0 if slow else 10.0
         self.nri_socket = os.path.join(self.dir, "nri.sock")
@@ -304,6 +305,10 @@ class Lab:
     def __exit__(self, *exc: Any) -> None:
         self.teardown()
 
+    @property
+    def config_path(self) -> str:
+        return os.path.join(self.dir, "config.toml")
+
     @functools.cached_property
     def major(self) -> int:
         """The major version of the containerd this lab runs (1 or 2)."""
@@ -327,11 +332,13 @@ class Lab:
         if self.nri:  # containerd 2: NRI is on by default, only its socket moves into the lab
             nri = NRI_CONFIG.format(dir=self.dir, nri_timeout=self.nri_timeout)
             text += nri.replace("  disable = false\n", "") if self.major >= 2 else nri
+        elif self.major >= 2:  # not wanted: off, or every such lab would listen on the node's /var/run/nri/nri.sock
+            text += '[plugins."io.containerd.nri.v1.nri"]\n  disable = true\n'
         return text
 
     def start(self) -> None:
         os.makedirs(os.path.join(self.dir, "cni"), exist_ok=True)
-        with open(os.path.join(self.dir, "config.toml"), "w", encoding="utf-8") as handle:
+        with open(self.config_path, "w", encoding="utf-8") as handle:
             handle.write(self.config if self.config is not None else self.config_text())
         self.start_daemon()
         for tag, cmd in ((BUSYBOX_IMAGE, ["/bin/sh"]), (PAUSE_IMAGE, ["/bin/sleep", "infinity"])):
@@ -343,17 +350,19 @@ class Lab:
         self.cri = LabCRI(self.endpoint, timeout=self.cri_timeout)
         self.image_id = self._image_id(BUSYBOX_IMAGE)
 
+    def daemon_argv(self) -> List[str]:
+        return ["containerd", "--config", self.config_path]
+
     def start_daemon(self) -> None:
-        log = open(os.path.join(self.dir, "containerd.log"), "ab")  # pylint: disable=consider-using-with
-        self.proc = subprocess.Popen(["containerd", "--config", os.path.join(self.dir, "config.toml")],
-                                     stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=self.env,
-                                     start_new_session=True)  # outlives a detached ``lab.py start``'s shell
+        log = open(os.path.join(self.dir, "daemon.log"), "ab")  # pylint: disable=consider-using-with
+        self.proc = subprocess.Popen(self.daemon_argv(), stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                     env=self.env, start_new_session=True)  # outlives a detached ``lab.py start``
         with open(os.path.join(self.dir, "containerd.pid"), "w", encoding="utf-8") as handle:
             handle.write(str(self.proc.pid))
         deadline = time.monotonic() + 120  # a deadline, not a wait: 30x slower under emulation
         while not os.path.exists(self.socket):
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("containerd did not start; see %s/containerd.log" % self.dir)
+                raise RuntimeError("the runtime did not start; see %s/daemon.log" % self.dir)
             time.sleep(0.05)
         time.sleep(0.2)
         cri = getattr(self, "cri", None)
@@ -363,7 +372,7 @@ class Lab:
                 break
             except ContainerRuntimeError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("containerd's CRI did not come back; see %s/containerd.log" % self.dir) from None
+                    raise RuntimeError("the runtime's CRI did not come back; see %s/daemon.log" % self.dir) from None
                 time.sleep(0.05)
 
     def stop_daemon(self, sig: int = signal.SIGTERM) -> None:
@@ -434,7 +443,8 @@ class Lab:
         memory = spec.get("memory", 64 << 20 if pod["qos"] == "Guaranteed" else 0)
         resources = {"cpu_period": 100000, "cpu_shares": milli_to_shares(cpu or 0),
                      "cpu_quota": milli_to_quota(limit or 0),
-                     "memory_limit_in_bytes": memory or 0, "oom_score_adj": -997 if pod["qos"] == "Guaranteed" else 999}
+                     "memory_limit_in_bytes": memory or 0,
+                     "oom_score_adj": max(-997 if pod["qos"] == "Guaranteed" else 999, self.oom_floor)}
         labels = dict(pod["sandbox"]["labels"], **{"io.kubernetes.container.name": spec["name"]})
         config = {"metadata": {"name": spec["name"], "attempt": attempt},
                   "image": {"image": self.image_id, "user_specified_image": BUSYBOX_IMAGE},
@@ -443,6 +453,8 @@ class Lab:
                   "log_path": "%s/%d.log" % (spec["name"], attempt),
                   "linux": {"resources": resources,
                             "security_context": {"namespace_options": {"network": 2, "pid": 1, "ipc": 0}}}}
+        # the kubelet makes the container's log directory (containerd would, CRI-O's conmon does not)
+        os.makedirs(os.path.join(pod["sandbox"]["log_directory"], spec["name"]), exist_ok=True)
         cid = self.cri.create_container(pod["sandbox_id"], config, pod["sandbox"])
         if start:
             self.cri.start_container(cid)
@@ -476,9 +488,12 @@ class Lab:
                     self.remove_pod_cgroup(self.parents.get(sandbox_id, ""))
             self.cri.close()
         self.stop_daemon()
+        self.unmount()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def unmount(self) -> None:
         subprocess.run(["umount", "-R", os.path.join(self.dir, "state")], check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     # --- what the kernel says ------------------------------------------------------------------------------
     def cgroup_dir(self, cid: str, controller: str = "cpuset") -> str:
@@ -506,6 +521,112 @@ class Lab:
                 if line.startswith("Cpus_allowed_list:"):
                     return line.split(":", 1)[1].strip()
         return ""
+
+
+CRIO_CONFIG = """[crio]
+root = "{dir}/root"
+runroot = "{runroot}"
+storage_driver = "overlay"
+log_dir = "{dir}/logs"
+version_file = "{dir}/version"
+version_file_persist = "{dir}/version-persist"
+clean_shutdown_file = "{dir}/clean.shutdown"
+[crio.api]
+listen = "{dir}/crio.sock"
+[crio.runtime]
+default_runtime = "runc"
+conmon = "/usr/bin/conmon"
+cgroup_manager = "cgroupfs"
+pinns_path = "{binaries}/pinns"
+hooks_dir = ["{dir}/hooks.d"]
+container_exits_dir = "{dir}/exits"
+container_attach_socket_dir = "{dir}/attach"
+namespaces_dir = "{dir}/ns"
+enable_pod_events = true
+[crio.runtime.runtimes.runc]
+runtime_path = "{runc}"
+runtime_root = "{dir}/runc"
+[crio.image]
+pause_image = "{pause}"
+signature_policy = "{dir}/policy.json"
+[crio.network]
+network_dir = "{dir}/cni"
+plugin_dirs = ["/usr/lib/cni"]
+[crio.nri]
+enable_nri = {nri}
+nri_listen = "{dir}/nri.sock"
+nri_plugin_request_timeout = "{nri_timeout}"
+"""
+
+
+class CrioLab(Lab):
+    """The same lab on CRI-O (``binaries``: its ``crio`` and ``pinns``) with Debian's conmon and runc: its images
+    loaded into its storage with podman (no registry here), cgroupfs driver, OCI hooks from ``hooks_dir``."""
+
+    @property
+    def major(self) -> int:
+        return 0  # not containerd
+
+    @property
+    def hooks_dir(self) -> str:
+        return os.path.join(self.dir, "hooks.d")
+
+    @property
+    def config_path(self) -> str:
+        return os.path.join(self.dir, "crio.conf")
+
+    def config_text(self, imports: Sequence[str] = ()) -> str:
+        return CRIO_CONFIG.format(dir=self.dir, runroot=self.runroot, binaries=self.binaries, pause=PAUSE_IMAGE,
+                                  runc=shutil.which("runc") or "runc", nri=str(self.nri).lower(),
+                                  nri_timeout=self.nri_timeout)
+
+    @functools.cached_property
+    def runroot(self) -> str:
+        """containers/storage's run directory: a path of at most 50 characters, so not in the lab's directory."""
+        return tempfile.mkdtemp(prefix="kubecpu-crio-", dir="/run")
+
+    def start(self) -> None:
+        with open("/proc/self/oom_score_adj", encoding="ascii") as handle:  # CRI-O has no restrict_oom_score_adj:
+            self.oom_floor = int(handle.read())  # without CAP_SYS_RESOURCE runc cannot go below its own
+        self.socket = os.path.join(self.dir, "crio.sock")
+        self.endpoint = "unix://" + self.socket
+        for name in ("cni", "hooks.d", "logs"):
+            os.makedirs(os.path.join(self.dir, name), exist_ok=True)
+        with open(self.config_path, "w", encoding="utf-8") as handle:
+            handle.write(self.config if self.config is not None else self.config_text())
+        with open(os.path.join(self.dir, "policy.json"), "w", encoding="utf-8") as handle:
+            json.dump({"default": [{"type": "insecureAcceptAnything"}]}, handle)
+        storage = ["podman", "--root", os.path.join(self.dir, "root"), "--runroot", self.runroot,
+                   "--storage-driver", "overlay"]
+        for tag, cmd in ((BUSYBOX_IMAGE, ["/bin/sh"]), (PAUSE_IMAGE, ["/bin/sleep", "infinity"])):
+            path = os.path.join(self.dir, tag.replace("/", "_").replace(":", "_") + ".tar")
+            with open(path, "wb") as handle:
+                handle.write(_image_tar(tag, cmd))
+            subprocess.run(storage + ["load", "-q", "-i", path], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
+        self.image_id = subprocess.run(storage + ["image", "inspect", "--format", "{{.Id}}", BUSYBOX_IMAGE],
+                                       check=True, capture_output=True, text=True).stdout.strip()
+        self.start_daemon()
+        self.cri = LabCRI(self.endpoint, timeout=self.cri_timeout)
+
+    def daemon_argv(self) -> List[str]:
+        return [os.path.join(self.binaries or "", "crio"), "--config", self.config_path, "--config-dir", ""]
+
+    def attach(self) -> Lab:
+        raise NotImplementedError("lab.py start runs containerd labs only")
+
+    def remove_pod(self, pod: Dict[str, Any]) -> None:
+        """Its containers killed first: CRI-O's RemovePodSandbox gives each the default 10 s to stop (a shell as PID 1
+        ignores SIGTERM), where containerd's kills them at once."""
+        for cid in pod["containers"].values():
+            with contextlib.suppress(ContainerRuntimeError):
+                self.cri.stop_container(cid, 0)
+        super().remove_pod(pod)
+
+    def unmount(self) -> None:
+        for path in (os.path.join(self.dir, "root"), self.runroot):
+            subprocess.run(["umount", "-R", path], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(self.runroot, ignore_errors=True)
 
 
 SETTINGS = "lab.json"  # what ``lab.py start`` made the lab with, in its directory

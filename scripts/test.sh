@@ -55,22 +55,24 @@ trap 'code=$?; if [[ -n $guest_pid ]] && kill "$guest_pid" 2>/dev/null; then wai
       rm -rf ${work:+"$work"} ${installed:+"$installed"} ${sanity_log:+"$sanity_log"} ${molecule_log:+"$molecule_log"} ${runtimes_log:+"$runtimes_log"}
       timings; exit $code' EXIT
 
-stage packages "system packages: python3 (the guest stage starts before the virtual environment), containerd, runc, busybox-static, podman, debootstrap, chromium, qemu-system-x86, e2fsprogs (apt-get when missing)"
+stage packages "system packages: python3 (the guest stage starts before the virtual environment), containerd, runc, busybox-static, podman and conmon (CRI-O runs with them), gcc and make (CRI-O's pinns), debootstrap, chromium, qemu-system-x86, e2fsprogs (apt-get when missing)"
 missing=()
-for pkg in python3 containerd runc busybox-static podman debootstrap chromium qemu-system-x86 e2fsprogs; do
+for pkg in python3 containerd runc busybox-static podman conmon gcc make libc6-dev debootstrap chromium qemu-system-x86 e2fsprogs; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if ((${#missing[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-bash scripts/containerd-nri.sh >/dev/null  # containerd 1.7.24 with NRI: the integration tests' and the guest's
+# Debian's containerd 1.7.24 and 2.1.9, extracted into the checkout: the integration tests' and the guest's (shared in)
+bash scripts/runtimes.sh containerd-1.7 >/dev/null
+bash scripts/runtimes.sh containerd-2.1 >/dev/null
 
-stage runtimes-start "the other runtimes started in the background (scripts/runtimes.sh): crictl 1.37.0 and containerd 2.4.2 built from the Go module proxy (cached outside the clone by version), Debian's containerd 2.1; the integration tests wait for what they use; its output at the end"
+stage runtimes-start "the built runtimes started in the background (scripts/runtimes.sh): crictl 1.37.0, containerd 2.4.2 and CRI-O 1.36.3 from the Go module proxy (cached outside the clone by version); the integration tests wait for them; their output at the end"
 runtimes_log=$(mktemp)
 mkdir -p tests/output
 rm -f tests/output/runtimes.tsv tests/output/runtimes.txt
-(for name in crictl containerd-2.1 containerd-2.4; do
+(for name in crictl containerd-2.4 cri-o; do
    start=$SECONDS
    bash scripts/runtimes.sh "$name" >/dev/null
    printf '%s\t%d\n' "$name" $((SECONDS - start)) >> tests/output/runtimes.tsv
@@ -172,7 +174,7 @@ stage runtimes-wait "the other runtimes: waiting for their builds, then their ou
 collect runtimes_pid "$runtimes_log" "the runtimes' builds"
 cat tests/output/runtimes.txt
 
-stage integration "integration tests against real runtimes: containerd 1.6, 1.7.24, 2.1.9, 2.4.2 and a real crictl (bin/kubecpu reconcile, the agent, the NRI plugin, the hook, the modules)"
+stage integration "integration tests against real runtimes: containerd 1.6, 1.7.24, 2.1.9, 2.4.2, CRI-O 1.36.3 and a real crictl (bin/kubecpu reconcile, the agent, the NRI plugin, the hook, the modules)"
 python -m pytest -q --junitxml=tests/output/junit-integration.xml tests/integration
 
 # the benchmarks' quick run (they must keep working; their figures come from full runs on a quiet host) while Molecule

@@ -25,8 +25,8 @@ description:
     C(containerd config default) writes on containerd 2) C('...').
   - Before returning, C(containerd config dump) must show the file for the handler, else the configuration is put
     back and the task fails. containerd must then restart (RV(restart_needed)) to use it.
-  - CRI-O gets an OCI hooks.d file, C(kubecpu.json) in O(crio_hooks_dir), for every container at C(createRuntime).
-    CRI-O is untested - no test of the collection runs this on a CRI-O yet.
+  - CRI-O gets an OCI hooks.d file, C(kubecpu.json) in O(crio_hooks_dir), for every container at C(createRuntime);
+    CRI-O watches the directory, so nothing restarts. The collection's tests run it on CRI-O 1.36.3.
   - O(state=absent) puts back what the handler's C(base_runtime_spec) was before (or removes the line) and removes
     the files, only while the line is still kubecpu's.
 author: kubecpu developers (@kubecpu)

@@ -1,7 +1,7 @@
 """The real-server tests: run inside the QEMU guest of scripts/guest.py (2 sockets x 2 cores x 2 threads, 2 NUMA
-nodes, cgroup v2, systemd), never on the host. Each fixture's containerd is a real one: Debian 12's 1.6 (the image's)
-or 1.7.24 with NRI (scripts/containerd-nri.sh's binaries, shared in with the checkout), with the cgroupfs or the
-systemd cgroup driver."""
+nodes, cgroup v2, systemd), never on the host. Each fixture's containerd is a real one, its binaries shared in with the
+checkout: Debian's 2.1.9 (scripts/runtimes.sh containerd-2.1) or 1.7.24 with NRI (scripts/containerd-nri.sh), with
+the cgroupfs or the systemd cgroup driver. (Debian 12's 1.6, the image's, is the agent role's in tests/guest_host.)"""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ waits = importlib.import_module("waits")
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces import cli  # noqa: E402
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet  # noqa: E402
 KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
-NRI_BINARIES = os.path.join(ROOT, ".cache", "containerd-nri", "usr", "bin")
+NRI_BINARIES = os.path.join(ROOT, ".cache", "containerd-nri", "usr", "bin")  # 1.7.24
+CONTAINERD_2 = os.path.join(ROOT, ".cache", "containerd-2.1", "usr", "bin")  # 2.1.9
 SIBLINGS = {0: 1, 1: 0, 2: 3, 3: 2, 4: 5, 5: 4, 6: 7, 7: 6}
 NUMA = {cpu: cpu // 4 for cpu in range(8)}
 
@@ -82,25 +83,32 @@ def driver(request):
 # The labs live for the whole pytest run (each test removes the pods it made): a containerd's start, image import and
 # stop cost 30-50 s of a guest vCPU, once per run instead of once per test module.
 @pytest.fixture(scope="session")
-def lab16():
-    """containerd 1.6 (Debian 12's, no NRI, no CRI events), systemd cgroup driver."""
-    with make_lab("systemd") as lab:
+def lab21():
+    """containerd 2.1.9 (Debian's; its NRI off here, CRI events), systemd cgroup driver."""
+    with make_lab("systemd", CONTAINERD_2) as lab:
         lab.driver = "systemd"
+        yield lab
+
+
+@pytest.fixture(scope="session")
+def lab21_cgroupfs():
+    """containerd 2.1.9, cgroupfs driver: only where a test asks for it (a containerd's start costs 30-50 s here)."""
+    with make_lab("cgroupfs", CONTAINERD_2) as lab:
+        lab.driver = "cgroupfs"
         yield lab
 
 
 @pytest.fixture(scope="session")
 def lab17():
     """containerd 1.7.24 with NRI and CRI events, cgroupfs driver."""
-    with make_lab("cgroupfs", nri=True) as lab:
+    with make_lab("cgroupfs", NRI_BINARIES, nri=True) as lab:
         lab.driver = "cgroupfs"
         yield lab
 
 
-def make_lab(driver, nri=False):
-    binaries = NRI_BINARIES if nri else None
-    if nri and not os.path.exists(os.path.join(NRI_BINARIES, "containerd")):
-        pytest.fail("containerd 1.7.24 is not shared in: run bash scripts/containerd-nri.sh on the host first")
+def make_lab(driver, binaries, nri=False):
+    if not os.path.exists(os.path.join(binaries, "containerd")):
+        pytest.fail("%s is not shared in: run scripts/runtimes.sh on the host first" % binaries)
     return lab_module.Lab(binaries=binaries, nri=nri, systemd=driver == "systemd", slow=True)
 
 

@@ -101,23 +101,23 @@ def idle_levels(lab, cid):
     return values
 
 
-def test_the_agent_moves_interrupts_off_a_pinned_container_and_back(tmp_path, lab16, irqbalance_stopped):
+def test_the_agent_moves_interrupts_off_a_pinned_container_and_back(tmp_path, lab21, irqbalance_stopped):
     """And with --besteffort-idle, a BestEffort pod's cgroup gets cpu.idle = 1, its QoS cgroup and its container stay 0:
     this kernel refuses a cgroup's cpu.weight while it is idle, and the runtime writes the container's with every
     update (the BestEffort container is moved off the pinned CPUs below, through the runtime)."""
     before, default_before = affinities(), default_affinity()
-    agent = Pinner(lab16, str(tmp_path / "agent"), "agent", ["--reserved-cpus", "0", "--irq-isolation", "exclusive",
+    agent = Pinner(lab21, str(tmp_path / "agent"), "agent", ["--reserved-cpus", "0", "--irq-isolation", "exclusive",
                                                              "--besteffort-idle"])
     agent.start()
-    batch = lab16.run_pod("batch", "BestEffort", [{"name": "app", "cpu": None}])
+    batch = lab21.run_pod("batch", "BestEffort", [{"name": "app", "cpu": None}])
     try:
         cid = batch["containers"]["app"]
-        wait_for(lambda: idle_levels(lab16, cid) == ["0", "1", "0"], 120, "cpu.idle of the BestEffort cgroups")
-        print("BestEffort cpu.idle (QoS, pod, container): %s" % idle_levels(lab16, cid))
-        pod = lab16.run_pod("quiet", "Guaranteed", guaranteed(2))
+        wait_for(lambda: idle_levels(lab21, cid) == ["0", "1", "0"], 120, "cpu.idle of the BestEffort cgroups")
+        print("BestEffort cpu.idle (QoS, pod, container): %s" % idle_levels(lab21, cid))
+        pod = lab21.run_pod("quiet", "Guaranteed", guaranteed(2))
         wait_for(lambda: pod["uid"] in agent.entries(), 180, "the pod in the state")
-        held = settle(lab16, pod, cpus(agent.entries()[pod["uid"]]["app"]))
-        wait_for(lambda: not cpus(lab16.cgroup_cpus(batch, cid)) & held, 120,
+        held = settle(lab21, pod, cpus(agent.entries()[pod["uid"]]["app"]))
+        wait_for(lambda: not cpus(lab21.cgroup_cpus(batch, cid)) & held, 120,
                  "the BestEffort container off %s (the runtime's update, its cpu.weight with it)" % sorted(held))
         record = wait_for(lambda: os.path.exists(agent.state + ".irq.json") and record_of(agent.state), 60, "record")
         refused = set(record["refused"])
@@ -148,14 +148,14 @@ def test_the_agent_moves_interrupts_off_a_pinned_container_and_back(tmp_path, la
         wait_for(delivered_off, 60, "fired interrupts delivered off %s" % held)
         effective = {i: sorted(c) for i, c in affinities("effective_affinity_list").items()}
         print("fired since: %s; effective now %s" % (sorted(fired()), effective))
-        lab16.remove_pod(pod)
+        lab21.remove_pod(pod)
         wait_for(lambda: pod["uid"] not in agent.entries(), 180, "the pod released")
         wait_for(lambda: affinities() == before, 60, "every affinity back (differ: %s)" % {
             i: (sorted(before.get(i, ())), sorted(c)) for i, c in affinities().items() if c != before.get(i)})
         assert default_affinity() == default_before
         print("after release: every smp_affinity_list and the default as before")
     finally:
-        lab16.remove_pod(batch)
+        lab21.remove_pod(batch)
         agent.stop()
 
 
@@ -231,17 +231,17 @@ def test_beside_a_kubelet_that_pins_interrupts_follow_its_checkpoint(tmp_path, i
         log.close()
 
 
-def test_annotated_pods_keep_interrupts_off_and_a_burstable_pod_bursts(tmp_path, lab16, irqbalance_stopped):
+def test_annotated_pods_keep_interrupts_off_and_a_burstable_pod_bursts(tmp_path, lab21, irqbalance_stopped):
     """--irq-isolation annotated: only the annotated pod's CPUs lose their interrupts; --cpu-burst: a Burstable pod
     annotated cpu-burst.kubecpu.io gets cpu.max.burst, at most its quota. The annotations come over the CRI
     (PodSandboxStatus)."""
     before = affinities()
-    agent = Pinner(lab16, str(tmp_path / "agent"), "agent", ["--reserved-cpus", "0", "--irq-isolation", "annotated",
+    agent = Pinner(lab21, str(tmp_path / "agent"), "agent", ["--reserved-cpus", "0", "--irq-isolation", "annotated",
                                                              "--cpu-burst"])
     agent.start()
-    quiet = lab16.run_pod("quiet", "Guaranteed", guaranteed(2), annotations={"irq-load-balancing.kubecpu.io": "disable"})
-    loud = lab16.run_pod("loud", "Guaranteed", guaranteed(2))
-    burst = lab16.run_pod("bursty", "Burstable", [{"name": "app", "cpu": 250, "limit": 500}],
+    quiet = lab21.run_pod("quiet", "Guaranteed", guaranteed(2), annotations={"irq-load-balancing.kubecpu.io": "disable"})
+    loud = lab21.run_pod("loud", "Guaranteed", guaranteed(2))
+    burst = lab21.run_pod("bursty", "Burstable", [{"name": "app", "cpu": 250, "limit": 500}],
                           annotations={"cpu-burst.kubecpu.io": "80ms"})
     try:
         wait_for(lambda: {quiet["uid"], loud["uid"]} <= set(agent.entries()), 180, "both pods in the state")
@@ -256,11 +256,11 @@ def test_annotated_pods_keep_interrupts_off_and_a_burstable_pod_bursts(tmp_path,
         print("annotated %s: interrupts off it; not annotated %s: %d interrupts still may use it"
               % (sorted(held_quiet), sorted(held_loud), len(loud_irqs)))
         cid = burst["containers"]["app"]
-        wait_for(lambda: lab16.cgroup_file(cid, "cpu.max.burst", "cpu") == "50000", 120,
+        wait_for(lambda: lab21.cgroup_file(cid, "cpu.max.burst", "cpu") == "50000", 120,
                  "cpu.max.burst at the quota (80ms asked, 50000 µs quota)")
-        print("Burstable cpu.max %s, cpu.max.burst %s" % (lab16.cgroup_file(cid, "cpu.max", "cpu"),
-                                                          lab16.cgroup_file(cid, "cpu.max.burst", "cpu")))
+        print("Burstable cpu.max %s, cpu.max.burst %s" % (lab21.cgroup_file(cid, "cpu.max", "cpu"),
+                                                          lab21.cgroup_file(cid, "cpu.max.burst", "cpu")))
     finally:
         for pod in (quiet, loud, burst):
-            lab16.remove_pod(pod)
+            lab21.remove_pod(pod)
         agent.stop()

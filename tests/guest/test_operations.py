@@ -16,7 +16,7 @@ TIMEOUT = ["--runtime-timeout", "30"]  # a guest vCPU is 25-30x slower than the 
 
 
 @pytest.fixture
-def made(lab16):
+def made(lab21):
     pods = []
     yield pods
     for lab, pod in pods:
@@ -38,25 +38,25 @@ def free_cpus(state):
         return cpus(json.load(handle)["defaultCpuSet"])
 
 
-def test_live_defragmentation_frees_whole_cores_that_a_request_then_gets(lab16, made, tmp_path):
+def test_live_defragmentation_frees_whole_cores_that_a_request_then_gets(lab21, made, tmp_path):
     """Six 1-CPU pods fill CPUs 2-7 (core 0 reserved); three removed leave a free CPU on each of three cores: no
     whole core is free and a 2-CPU full-pcpus-only request is refused. ``bin/kubecpu defrag`` moves pinned containers
     live until whole cores are free; every move shows in /proc and cgroupfs and the state agrees; then the request
     is admitted."""
     state = str(tmp_path / "state")
-    flags = node_flags(lab16, state) + ["--reserved-cpus", "0-1"]
+    flags = node_flags(lab21, state) + ["--reserved-cpus", "0-1"]
     pods = []
     for n in range(6):  # one at a time: the packed order fills 2, 3, 4, ... as the kubelet would
-        pods.append(lab16.run_pod("x%d" % n, "Guaranteed", guaranteed(1)))
-        made.append((lab16, pods[-1]))
+        pods.append(lab21.run_pod("x%d" % n, "Guaranteed", guaranteed(1)))
+        made.append((lab21, pods[-1]))
         kubecpu("reconcile", *flags)
     held = {pod["uid"]: cpus(entries(state)[pod["uid"]]["app"]) for pod in pods}
     assert sorted(min(v) for v in held.values()) == [2, 3, 4, 5, 6, 7]
     keep = []
     for pod in pods:  # remove the pods on CPUs 3, 4 and 6: one free CPU on each of cores 2-3, 4-5, 6-7
         if min(held[pod["uid"]]) in (3, 4, 6):
-            lab16.remove_pod(pod)
-            made.remove((lab16, pod))
+            lab21.remove_pod(pod)
+            made.remove((lab21, pod))
         else:
             keep.append(pod)
     kubecpu("reconcile", *flags)
@@ -78,7 +78,7 @@ def test_live_defragmentation_frees_whole_cores_that_a_request_then_gets(lab16, 
         (m["pod_uid"], m["cpus"]) for m in checked["actions"] if m["action"] == "move"]
     after = entries(state)
     for pod in keep:  # /proc, cgroupfs and the state agree on every container, moved or not
-        settle(lab16, pod, cpus(after[pod["uid"]]["app"]))
+        settle(lab21, pod, cpus(after[pod["uid"]]["app"]))
     free = free_cpus(state) - {0, 1}
     assert any(cpu in free and SIBLINGS[cpu] in free for cpu in free)  # a whole core is free now
     admitted = kubecpu(*plan_argv, ",".join(map(str, sorted(free))))
@@ -113,13 +113,13 @@ def _resize_steps(lab, pinner, pod, state):
     settle(lab, pod, ALL)  # the reserved CPU is in the shared pool too
 
 
-def test_in_place_resize_with_several_cpus_through_the_agent(lab16, made, tmp_path):
-    pinner = Pinner(lab16, str(tmp_path), "agent", ["--reserved-cpus", "0", "--period", "2s"])  # a resize: no event
+def test_in_place_resize_with_several_cpus_through_the_agent(lab21, made, tmp_path):
+    pinner = Pinner(lab21, str(tmp_path), "agent", ["--reserved-cpus", "0", "--period", "2s"])  # a resize: no event
     pinner.start()
     try:
-        pod = lab16.run_pod("resized", "Guaranteed", guaranteed(2))
-        made.append((lab16, pod))
-        _resize_steps(lab16, pinner, pod, pinner.state)
+        pod = lab21.run_pod("resized", "Guaranteed", guaranteed(2))
+        made.append((lab21, pod))
+        _resize_steps(lab21, pinner, pod, pinner.state)
     finally:
         pinner.stop()
 
@@ -137,12 +137,12 @@ def test_in_place_resize_with_several_cpus_through_the_plugin(lab17, tmp_path):
         pinner.stop()
 
 
-def test_a_lost_checkpoint_with_several_pinned_containers_is_rebuilt(lab16, made, tmp_path):
+def test_a_lost_checkpoint_with_several_pinned_containers_is_rebuilt(lab21, made, tmp_path):
     state = str(tmp_path / "state")
-    flags = node_flags(lab16, state) + ["--reserved-cpus", "0"]
-    pinned = [lab16.run_pod("r%d" % n, "Guaranteed", guaranteed(n + 1)) for n in range(3)]  # 1, 2 and 3 CPUs
-    shared = lab16.run_pod("web", "Burstable", SHARED)
-    made.extend((lab16, pod) for pod in pinned + [shared])
+    flags = node_flags(lab21, state) + ["--reserved-cpus", "0"]
+    pinned = [lab21.run_pod("r%d" % n, "Guaranteed", guaranteed(n + 1)) for n in range(3)]  # 1, 2 and 3 CPUs
+    shared = lab21.run_pod("web", "Burstable", SHARED)
+    made.extend((lab21, pod) for pod in pinned + [shared])
     kubecpu("reconcile", *flags)
     lost = entries(state)
     assert len(lost) == 3
@@ -153,5 +153,5 @@ def test_a_lost_checkpoint_with_several_pinned_containers_is_rebuilt(lab16, made
     kept = [name for name in os.listdir(str(tmp_path)) if name.startswith("state.rebuild-")]
     assert len(kept) == 1
     for pod in pinned:
-        settle(lab16, pod, cpus(lost[pod["uid"]]["app"]))
+        settle(lab21, pod, cpus(lost[pod["uid"]]["app"]))
     assert kubecpu("reconcile", *flags)["counts"]["allocate"] == 0  # goes on from the rebuilt file

@@ -14,11 +14,11 @@ import subprocess
 import sys
 
 import pytest
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError, ContainerRuntimeError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.runtime_hook import (
-    Containerd, dumped_base_spec, hook_entry)
+    Containerd, dumped_base_spec, hook_entry, install_crio, remove_crio)
 
-from runtimes import runtime_binaries
+from runtimes import runtime_binaries, runtime_lab
 from test_hook import FIRST_LINE, KUBECPU, ROOT, first_line
 
 
@@ -132,6 +132,30 @@ def test_on_containerd_2_as_shipped_with_the_operators_settings_imported(runtime
     assert containerd.remove(check=False).changed
     assert {path: open(path, encoding="utf-8").read() for path in before} == before  # byte for byte
     assert not os.path.exists(spec) and not containerd.remove(check=False).changed
+
+
+def test_on_cri_o_the_hooks_d_file_places_containers_before_their_first_instruction(tmp_path, bare_python):
+    """CRI-O 1.36.3 runs every container through kubecpu's hooks.d file (createRuntime): a Guaranteed container starts
+    on its exclusive CPU, a Burstable one on the shared pool, one that cannot get its CPUs is not created; taking the
+    file out leaves the directory empty."""
+    agent = tmp_path / "agent.json"
+    agent.write_text(json.dumps({"state": str(tmp_path / "state"), "reserved_cpus": "0",
+                                 "kubelet_state": str(tmp_path / "no-kubelet-state"), "period": "10s"}))
+    lab = runtime_lab("cri-o 1.36.3", str(tmp_path / "lab"))
+    entry = hook_entry(bare_python, KUBECPU, str(agent), 10)
+    assert install_crio(lab.hooks_dir, entry, check=False).changed  # before CRI-O starts: no race with its watch
+    assert not install_crio(lab.hooks_dir, entry, check=False).changed
+    with lab:
+        app = lab.run_pod("app", "Guaranteed", [{"name": "app", "cpu": 1000, "command": FIRST_LINE}])
+        assert first_line(app) == "1"
+        web = lab.run_pod("web", "Burstable", [{"name": "app", "cpu": 250, "command": FIRST_LINE}])
+        assert first_line(web) == "0"
+        with pytest.raises(ContainerRuntimeError, match="not created: no exclusive CPUs for it"):  # CPU 1 is app's: fails closed
+            lab.run_pod("late", "Guaranteed", [{"name": "app", "cpu": 1000, "command": FIRST_LINE}])
+        assert json.loads((tmp_path / "state").read_text())["entries"] == {app["uid"]: {"app": "1"}}
+        lab.remove_pod(web)
+        lab.remove_pod(app)
+        assert remove_crio(lab.hooks_dir, check=False).changed and os.listdir(lab.hooks_dir) == []
 
 
 HOOK_TASKS = """---

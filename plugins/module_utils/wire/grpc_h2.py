@@ -6,8 +6,8 @@ server-streaming calls the CRI backend makes, and nothing else.
 What it does of HTTP/2 (RFC 9113) and gRPC's mapping onto it (the "gRPC over HTTP2" protocol document):
 - one connection, opened on the first call with the client preface and our SETTINGS (no server push, a 16 MiB
   receive window per stream and for the connection, replenished as data is read, the header list size we accept);
-  the server's own SETTINGS, every one it sends before it acknowledges ours, apply to the first request. A broken
-  or timed-out connection is dropped and the next call opens a new one;
+  the server's own SETTINGS, every one already here once its preface has come, apply to the first request. A
+  broken or timed-out connection is dropped and the next call opens a new one;
 - each call is a new client stream: HEADERS (``:path``, ``content-type: application/grpc``, ``te: trailers``,
   ``grpc-timeout``) and the length-prefixed message in DATA frames no larger than the server's frame size and its
   flow-control windows allow (RFC 9113 section 6.9: the sender waits for WINDOW_UPDATE), the last with END_STREAM;
@@ -26,6 +26,7 @@ node, and it is one package less to install on every node."""
 from __future__ import annotations
 
 import os
+import select
 import socket
 import struct
 import time
@@ -192,31 +193,23 @@ class Connection:
                                    SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST)
             sock.sendall(PREFACE + frame(SETTINGS, 0, 0, settings)
                          + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", WINDOW - DEFAULT_WINDOW)))
-            self._handshake(connect_by)
+            self._handshake(sock, connect_by)
         except BaseException:
             self.close()
             raise
         return sock
 
-    def _handshake(self, deadline: float) -> None:
-        """The server's frames up to its ACK of our SETTINGS: its preface (RFC 9113 3.4) and every SETTINGS it sends
-        before that ACK (a lowered window, say) apply to our first request. One round trip per new connection."""
-        kind, flags, sid, payload = self._frame(deadline)
+    def _handshake(self, sock: socket.socket, deadline: float) -> None:
+        """The server's preface (RFC 9113 3.4), and every frame already here after it: a SETTINGS that lowers the
+        window applies to our first request. Its ACK of ours is not waited for (CRI-O's connection matcher sends it
+        only after a request's HEADERS)."""
+        kind, flags, _sid, payload = self._frame(deadline)
         if kind != SETTINGS or flags & ACK:
             raise ProtocolError("HTTP/2: the server's first frame is type %d, not SETTINGS" % kind)
-        while not (kind == SETTINGS and flags & ACK):
-            if sid and kind != PRIORITY:  # no stream is open yet (6.2: PRIORITY may name any stream)
-                raise ProtocolError("HTTP/2: frame type %d on stream %d before any request" % (kind, sid))
-            if kind == SETTINGS:
-                self._settings(payload, None)
-                self._send(frame(SETTINGS, ACK, 0), deadline)
-            elif kind == WINDOW_UPDATE:
-                self._window_update(None, 0, payload)
-            elif kind == PING and not flags & ACK:
-                self._send(frame(PING, ACK, 0, payload), deadline)
-            elif kind == GOAWAY:
-                raise _Unprocessed("UNAVAILABLE", "the server is going away (GOAWAY) before any call")
-            kind, flags, sid, payload = self._frame(deadline)
+        self._settings(payload, None)
+        self._send(frame(SETTINGS, ACK, 0), deadline)
+        while self.buffer or select.select([sock], [], [], 0)[0]:
+            self._next(_Call(-1, 0), deadline)  # no stream is open: only the connection's frames count
 
     @staticmethod
     def _remaining(deadline: Optional[float]) -> Optional[float]:
@@ -231,6 +224,9 @@ class Connection:
         if self.going_away or self.next_stream > 0x7FFFFFFF:  # no new streams on this connection
             self.close()
         sock = self.sock or self._open(deadline)
+        if self.going_away:  # a GOAWAY came with the server's preface
+            self.close()
+            raise _Unprocessed("UNAVAILABLE", "the server is going away (GOAWAY) before this call")
         call = _Call(self.next_stream, self.initial_window)
         self.next_stream += 2
         headers = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", self.authority),
@@ -346,7 +342,7 @@ class Connection:
                     call.send_window += value - self.initial_window
                 self.initial_window = value
 
-    def _window_update(self, call: Optional[_Call], sid: int, payload: bytes) -> None:
+    def _window_update(self, call: _Call, sid: int, payload: bytes) -> None:
         if len(payload) != 4:
             raise ProtocolError("HTTP/2: a WINDOW_UPDATE frame of %d bytes (FRAME_SIZE_ERROR)" % len(payload))
         increment = struct.unpack(">I", payload)[0] & 0x7FFFFFFF
@@ -354,7 +350,7 @@ class Connection:
             if not increment or self.send_window + increment > MAX_WINDOW:
                 raise ProtocolError("HTTP/2: connection WINDOW_UPDATE of %d (RFC 9113 6.9)" % increment)
             self.send_window += increment
-        elif call is not None and sid == call.stream:
+        elif sid == call.stream:
             if not increment or call.send_window + increment > MAX_WINDOW:
                 raise self._broken("INTERNAL", "stream WINDOW_UPDATE of %d (RFC 9113 6.9)" % increment)
             call.send_window += increment

@@ -264,7 +264,7 @@ class FakeContainerd2(FakeContainerd):
 def test_on_containerd_2_the_imported_handler_table_gets_the_line_and_removal_restores_every_file(tmp_path):
     imported = "version = 3\n%s\n  runtime_type = 'io.containerd.runc.v2'\n  base_runtime_spec = ''\n" % RUNC_V3
     main = _tree(tmp_path, "'conf.d/*.toml'", {"conf.d/10-runc.toml": imported, "conf.d/20-options.toml": V3_OPTIONS})
-    before = {path: text for path, text in config_files(main)}
+    before = dict(config_files(main))
     fake = FakeContainerd2(tmp_path, main)
     containerd = installed(tmp_path, fake)
     done = containerd.install(ENTRY, check=False)
@@ -273,7 +273,7 @@ def test_on_containerd_2_the_imported_handler_table_gets_the_line_and_removal_re
     assert open(runc, encoding="utf-8").read() == imported.replace("= ''", "= '%s'" % (tmp_path / "spec.json"))
     assert not containerd.install(ENTRY, check=False).changed
     assert containerd.remove(check=False).changed
-    assert {path: text for path, text in config_files(main)} == before
+    assert dict(config_files(main)) == before
 
 
 @pytest.mark.parametrize("version, written", [("v1.7.24", 2), ("v2.1.9", 3), ("v2.4.2", 4)])
