@@ -341,10 +341,7 @@ class Lab:
         with open(self.config_path, "w", encoding="utf-8") as handle:
             handle.write(self.config if self.config is not None else self.config_text())
         self.start_daemon()
-        for tag, cmd in ((BUSYBOX_IMAGE, ["/bin/sh"]), (PAUSE_IMAGE, ["/bin/sleep", "infinity"])):
-            path = os.path.join(self.dir, tag.replace("/", "_").replace(":", "_") + ".tar")
-            with open(path, "wb") as handle:
-                handle.write(_image_tar(tag, cmd))
+        for path in self.image_files():
             subprocess.run(["ctr", "-a", self.socket, "-n", "k8s.io", "images", "import", path], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=self.env)
         self.cri = LabCRI(self.endpoint, timeout=self.cri_timeout)
@@ -352,6 +349,15 @@ class Lab:
 
     def daemon_argv(self) -> List[str]:
         return ["containerd", "--config", self.config_path]
+
+    def image_files(self) -> List[str]:
+        """The lab's two images (busybox, and busybox sleeping as the pause image) as files in its directory."""
+        paths = []
+        for tag, cmd in ((BUSYBOX_IMAGE, ["/bin/sh"]), (PAUSE_IMAGE, ["/bin/sleep", "infinity"])):
+            paths.append(os.path.join(self.dir, tag.replace("/", "_").replace(":", "_") + ".tar"))
+            with open(paths[-1], "wb") as handle:
+                handle.write(_image_tar(tag, cmd))
+        return paths
 
     def start_daemon(self) -> None:
         log = open(os.path.join(self.dir, "daemon.log"), "ab")  # pylint: disable=consider-using-with
@@ -598,10 +604,7 @@ class CrioLab(Lab):
             json.dump({"default": [{"type": "insecureAcceptAnything"}]}, handle)
         storage = ["podman", "--root", os.path.join(self.dir, "root"), "--runroot", self.runroot,
                    "--storage-driver", "overlay"]
-        for tag, cmd in ((BUSYBOX_IMAGE, ["/bin/sh"]), (PAUSE_IMAGE, ["/bin/sleep", "infinity"])):
-            path = os.path.join(self.dir, tag.replace("/", "_").replace(":", "_") + ".tar")
-            with open(path, "wb") as handle:
-                handle.write(_image_tar(tag, cmd))
+        for path in self.image_files():
             subprocess.run(storage + ["load", "-q", "-i", path], check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE)
         self.image_id = subprocess.run(storage + ["image", "inspect", "--format", "{{.Id}}", BUSYBOX_IMAGE],

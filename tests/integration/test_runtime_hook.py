@@ -34,6 +34,15 @@ def binaries(request):
     return runtime_binaries(request.param)
 
 
+def hook_for(tmp_path, python):
+    """The agent's configuration for the hook (CPU 0 reserved, its state in ``tmp_path``), where the base spec with
+    the hook goes, and the hook's entry."""
+    agent = tmp_path / "agent.json"
+    agent.write_text(json.dumps({"state": str(tmp_path / "state"), "reserved_cpus": "0",
+                                 "kubelet_state": str(tmp_path / "no-kubelet-state"), "period": "10s"}))
+    return str(tmp_path / "base-runtime-spec.json"), hook_entry(python, KUBECPU, str(agent), 10)
+
+
 def test_installed_run_and_removed_on_a_real_containerd(binaries, tmp_path, bare_python):
     import lab as lab_module  # conftest put scripts/ on the path
 
@@ -41,12 +50,8 @@ def test_installed_run_and_removed_on_a_real_containerd(binaries, tmp_path, bare
     original = lab_module.CONFIG.format(dir=tmp_path / "unused", pause=lab_module.PAUSE_IMAGE, systemd="false",
                                         base_spec="")
     config.write_text(original)
-    agent = tmp_path / "agent.json"
-    agent.write_text(json.dumps({"state": str(tmp_path / "state"), "reserved_cpus": "0",
-                                 "kubelet_state": str(tmp_path / "no-kubelet-state"), "period": "10s"}))
-    spec = str(tmp_path / "base-runtime-spec.json")
+    spec, entry = hook_for(tmp_path, bare_python)
     containerd = Containerd(str(config), "runc", spec, real_run, binaries)
-    entry = hook_entry(bare_python, KUBECPU, str(agent), 10)
 
     done = containerd.install(entry, check=False)
     assert done.changed and done.restart
@@ -102,12 +107,8 @@ def containerd2_files(tmp_path, binaries):
 def test_on_containerd_2_as_shipped_with_the_operators_settings_imported(runtime, tmp_path, bare_python):
     binaries = runtime_binaries(runtime)
     main, lab, before = containerd2_files(tmp_path, binaries)
-    agent = tmp_path / "agent.json"
-    agent.write_text(json.dumps({"state": str(tmp_path / "state"), "reserved_cpus": "0",
-                                 "kubelet_state": str(tmp_path / "no-kubelet-state"), "period": "10s"}))
-    spec = str(tmp_path / "base-runtime-spec.json")
+    spec, entry = hook_for(tmp_path, bare_python)
     containerd = Containerd(str(main), "runc", spec, real_run, binaries)
-    entry = hook_entry(bare_python, KUBECPU, str(agent), 10)
 
     done = containerd.install(entry, check=False)
     runc = str(tmp_path / "conf.d" / "20-runc.toml")
@@ -138,11 +139,8 @@ def test_on_cri_o_the_hooks_d_file_places_containers_before_their_first_instruct
     """CRI-O 1.36.3 runs every container through kubecpu's hooks.d file (createRuntime): a Guaranteed container starts
     on its exclusive CPU, a Burstable one on the shared pool, one that cannot get its CPUs is not created; taking the
     file out leaves the directory empty."""
-    agent = tmp_path / "agent.json"
-    agent.write_text(json.dumps({"state": str(tmp_path / "state"), "reserved_cpus": "0",
-                                 "kubelet_state": str(tmp_path / "no-kubelet-state"), "period": "10s"}))
+    _spec, entry = hook_for(tmp_path, bare_python)
     lab = runtime_lab("cri-o 1.36.3", str(tmp_path / "lab"))
-    entry = hook_entry(bare_python, KUBECPU, str(agent), 10)
     assert install_crio(lab.hooks_dir, entry, check=False).changed  # before CRI-O starts: no race with its watch
     assert not install_crio(lab.hooks_dir, entry, check=False).changed
     with lab:
