@@ -43,6 +43,17 @@ def hook_for(tmp_path, python):
     return str(tmp_path / "base-runtime-spec.json"), hook_entry(python, KUBECPU, str(agent), 10)
 
 
+def placed_from_the_first_instruction(lab):
+    """Through the hook, a Guaranteed container's first instruction runs on its exclusive CPU (1), a Burstable one's
+    on the shared pool (0); both pods are removed after."""
+    app = lab.run_pod("app", "Guaranteed", [{"name": "app", "cpu": 1000, "command": FIRST_LINE}])
+    assert first_line(app) == "1"
+    web = lab.run_pod("web", "Burstable", [{"name": "app", "cpu": 250, "command": FIRST_LINE}])
+    assert first_line(web) == "0"
+    lab.remove_pod(web)
+    lab.remove_pod(app)
+
+
 def test_installed_run_and_removed_on_a_real_containerd(binaries, tmp_path, bare_python):
     import lab as lab_module  # conftest put scripts/ on the path
 
@@ -62,12 +73,7 @@ def test_installed_run_and_removed_on_a_real_containerd(binaries, tmp_path, bare
     assert not containerd.install(entry, check=False).changed
 
     with lab_module.Lab(str(tmp_path / "lab"), binaries=binaries or None, base_spec=spec) as lab:
-        app = lab.run_pod("app", "Guaranteed", [{"name": "app", "cpu": 1000, "command": FIRST_LINE}])
-        assert first_line(app) == "1"
-        web = lab.run_pod("web", "Burstable", [{"name": "app", "cpu": 250, "command": FIRST_LINE}])
-        assert first_line(web) == "0"
-        lab.remove_pod(web)
-        lab.remove_pod(app)
+        placed_from_the_first_instruction(lab)
 
     assert containerd.remove(check=False).changed and config.read_text() == original
     assert not os.path.exists(spec) and not containerd.remove(check=False).changed
@@ -123,12 +129,7 @@ def test_on_containerd_2_as_shipped_with_the_operators_settings_imported(runtime
 
     lab.config = after[main]
     with lab:
-        app = lab.run_pod("app", "Guaranteed", [{"name": "app", "cpu": 1000, "command": FIRST_LINE}])
-        assert first_line(app) == "1"
-        web = lab.run_pod("web", "Burstable", [{"name": "app", "cpu": 250, "command": FIRST_LINE}])
-        assert first_line(web) == "0"
-        lab.remove_pod(web)
-        lab.remove_pod(app)
+        placed_from_the_first_instruction(lab)
 
     assert containerd.remove(check=False).changed
     assert {path: open(path, encoding="utf-8").read() for path in before} == before  # byte for byte

@@ -87,7 +87,12 @@ def crio_hook(entry: Dict[str, Any]) -> Dict[str, Any]:
 def _toml_string(value: str, version: int) -> str:
     if any(ord(char) < 32 or char in "\"'\\" for char in value):
         raise ConfigError("base_runtime_spec path %r has a quote, a backslash or a control character" % value)
-    return _QUOTES.get(version, '"') + value + _QUOTES.get(version, '"')
+    return _quoted(value, version)
+
+
+def _quoted(text: str, version: int) -> str:
+    """``text`` as a TOML string in the quotes a file of ``version`` uses (it holds no quote or backslash)."""
+    return _QUOTES[version] + text + _QUOTES[version]
 
 
 def _unquote(literal: str) -> str:
@@ -101,8 +106,7 @@ def _table_name(header: str) -> Tuple[str, ...]:
 
 
 def _header(keys: Sequence[str], version: int) -> str:
-    quote = _QUOTES.get(version, '"')
-    return "[%s]" % ".".join(key if re.match(r"[A-Za-z0-9_-]+\Z", key) else quote + key + quote for key in keys)
+    return "[%s]" % ".".join(key if re.match(r"[A-Za-z0-9_-]+\Z", key) else _quoted(key, version) for key in keys)
 
 
 def _empty(lines: Sequence[str]) -> bool:
@@ -168,8 +172,7 @@ def set_base_runtime_spec(text: str, handler: str, path: Optional[str], *,
     if table is None:
         if path is None:
             return text, None
-        quote = _QUOTES.get(version, '"')
-        block = [_header(keys, version), "  runtime_type = %s%s%s" % (quote, DEFAULT_RUNTIME_TYPE, quote),
+        block = [_header(keys, version), "  runtime_type = %s" % _quoted(DEFAULT_RUNTIME_TYPE, version),
                  "  base_runtime_spec = %s" % _toml_string(path, version)]
         return text.rstrip("\n") + "\n\n" + "\n".join(block) + "\n", None
     start, end = table

@@ -208,8 +208,9 @@ class Connection:
             raise ProtocolError("HTTP/2: the server's first frame is type %d, not SETTINGS" % kind)
         self._settings(payload, None)
         self._send(frame(SETTINGS, ACK, 0), deadline)
+        idle = _Call(-1, 0)  # no stream is open: only the connection's frames count
         while self.buffer or select.select([sock], [], [], 0)[0]:
-            self._next(_Call(-1, 0), deadline)  # no stream is open: only the connection's frames count
+            self._next(idle, deadline)
 
     @staticmethod
     def _remaining(deadline: Optional[float]) -> Optional[float]:
