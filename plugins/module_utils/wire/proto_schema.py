@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import Any, ClassVar, Dict, List, Mapping, NamedTuple, Sequence, Tuple, Type
 
 from ..errors import MessageError
-from .protowire import (FIXED32, FIXED64, LENGTH, MAX_FIELD_NUMBER, START_GROUP, VARINT, length, map_entry,
-                        as_number, read_varint, scalar, skip_group, utf8, varint)
+from .protowire import (FIXED32, FIXED64, KEY_BYTES, LENGTH, MAX_FIELD_NUMBER, START_GROUP, VARINT, as_number, length,
+                        map_entry, read_varint, scalar, skip_group, utf8, varint)
 
 SCALARS = {"string": "", "bytes": b"", "int64": 0, "int32": 0, "uint32": 0, "uint64": 0, "bool": False}
 FieldSpec = Tuple[str, int, str]
@@ -227,13 +227,14 @@ class Message:
         values = self._values
         while at < end:
             start = at
-            key, at = (data[at], at + 1) if data[at] < 128 else read_varint(data, at, end)
+            key, at = (data[at], at + 1) if data[at] < 128 else read_varint(data, at, end, KEY_BYTES)
             number, wire = key >> 3, key & 7
             if not 0 < number <= MAX_FIELD_NUMBER:
                 raise MessageError("%s: field number %d" % (type(self).__name__, number))
             field = self._numbers.get(number)
             if wire == LENGTH:
-                size, at = (data[at], at + 1) if at < end and data[at] < 128 else read_varint(data, at, end)
+                size, at = (data[at], at + 1) if at < end and data[at] < 128 else \
+                    read_varint(data, at, end, KEY_BYTES)
                 stop = at + size
                 if stop > end:
                     raise MessageError("%s: field %d runs past the end" % (type(self).__name__, number))

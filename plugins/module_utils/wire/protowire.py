@@ -14,6 +14,7 @@ from ..errors import MessageError
 
 VARINT, FIXED64, LENGTH, START_GROUP, END_GROUP, FIXED32 = 0, 1, 2, 3, 4, 5
 MAX_FIELD_NUMBER = (1 << 29) - 1  # protobuf's: numbers 1 to 2^29 - 1 (0 and above are refused, as protobuf does)
+KEY_BYTES = 5  # a field's key and a length: protobuf reads them as 32-bit varints, refusing a sixth byte
 MAX_GROUP_DEPTH = 100  # nested groups of an unknown field, as deep as protobuf's own recursion limit
 _MASK64 = (1 << 64) - 1
 
@@ -30,11 +31,12 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
-def read_varint(data: bytes, at: int, end: int) -> Tuple[int, int]:
-    """At most ten bytes; the bits above 64 of a tenth byte are dropped, as protobuf drops them."""
+def read_varint(data: bytes, at: int, end: int, most: int = 10) -> Tuple[int, int]:
+    """At most ``most`` bytes (ten for a value, ``KEY_BYTES`` for a key or a length); the bits above 64 of a tenth
+    byte are dropped, as protobuf drops them."""
     value = shift = 0
     while True:
-        if at >= end or shift > 63:
+        if at >= end or shift >= 7 * most:
             raise MessageError("truncated or overlong varint")
         byte = data[at]
         at += 1
@@ -63,7 +65,7 @@ def skip_group(data: bytes, at: int, end: int, number: int, depth: int) -> int:
     if depth > MAX_GROUP_DEPTH:
         raise MessageError("groups nested over %d deep" % MAX_GROUP_DEPTH)
     while at < end:
-        key, at = read_varint(data, at, end)
+        key, at = read_varint(data, at, end, KEY_BYTES)
         inner, wire = key >> 3, key & 7
         if inner > MAX_FIELD_NUMBER:  # 0 passes inside a group: protobuf's parser does not look there
             raise MessageError("field number %d in a group" % inner)
@@ -76,7 +78,7 @@ def skip_group(data: bytes, at: int, end: int, number: int, depth: int) -> int:
         elif wire in (FIXED64, FIXED32):
             at += 8 if wire == FIXED64 else 4
         elif wire == LENGTH:
-            size, at = read_varint(data, at, end)
+            size, at = read_varint(data, at, end, KEY_BYTES)
             at += size
         elif wire == START_GROUP:
             at = skip_group(data, at, end, inner, depth + 1)
@@ -93,12 +95,12 @@ def map_entry(data: bytes, at: int, stop: int, name: str) -> Optional[Tuple[str,
     found = ["", ""]
     plain = True
     while at < stop:
-        key, at = read_varint(data, at, stop)
+        key, at = read_varint(data, at, stop, KEY_BYTES)
         number, wire = key >> 3, key & 7
         if not 0 < number <= MAX_FIELD_NUMBER:
             raise MessageError("map %s: an entry with field number %d" % (name, number))
         if wire == LENGTH:
-            size, at = read_varint(data, at, stop)
+            size, at = read_varint(data, at, stop, KEY_BYTES)
             if at + size > stop:
                 raise MessageError("map %s: an entry runs past its end" % name)
             if number in (1, 2):

@@ -188,7 +188,8 @@ def _mutate(data, draw):
         elif how == "truncate":
             del data[at:]
         elif how == "varint":  # a long varint where the bytes were: the 64-bit and field-number edges
-            data[at:at] = draw(st.sampled_from([b"\xff" * 9 + b"\x7f", b"\x80" * 4 + b"\x10", b"\x00", b"\xff" * 11]))
+            data[at:at] = draw(st.sampled_from([b"\xff" * 9 + b"\x7f", b"\x80" * 4 + b"\x10", b"\x00", b"\xff" * 11,
+                                                b"\xd0" + b"\x80" * 4 + b"\x00"]))  # the last: a key in six bytes
     return bytes(data)
 
 
@@ -213,9 +214,21 @@ def test_mutated_and_random_bytes_read_as_protobuf_reads_them(table, name, data)
     (b"\x2b\x08\x01\x2c", None),  # an unknown group, kept
     (b"\x2b\x34", "closed as 6"),
     (b"\x0a\x01A", None),  # a known uint64 field with another wire type: kept as unknown
+    # a key and a length are 32-bit varints to protobuf: five bytes at most, wherever they are (CI found the key)
+    (b"\xd0\x80\x80\x80\x00\x10", None),  # field 10's key in five bytes: an unknown field, kept
+    (b"\xd0\x80\x80\x80\x80\x00\x10", "overlong varint"),  # the same key in six
+    (b"\x12\x81\x80\x80\x80\x00A", None),  # a length of 1 in five bytes
+    (b"\x12\x81\x80\x80\x80\x80\x00A", "overlong varint"),  # in six
+    (b"\x5a\x80\x80\x80\x80\x80\x00", "overlong varint"),  # an unknown field's length in six
+    (b"\x2b\xd0\x80\x80\x80\x80\x00\x10\x2c", "overlong varint"),  # a key in six bytes inside a group
+    (b"\x2b\x0a\x80\x80\x80\x80\x80\x00\x2c", "overlong varint"),  # a length in six bytes inside a group
+    (b"\x1a\x08\x8a\x80\x80\x80\x80\x00\x01k", "overlong varint"),  # a key in six bytes in a map entry
+    (b"\x1a\x07\x8a\x80\x80\x80\x00\x01k", None),  # in five: the entry's key "k"
+    (b"\x1a\x08\x0a\x81\x80\x80\x80\x80\x00k", "overlong varint"),  # a length in six bytes in a map entry
 ])
 def test_the_wire_formats_edges_as_protobuf_takes_them(data, error):
-    table = ("test/edges.proto", "test.v1", {"M": [("big", 1, "uint64"), ("name", 2, "string")]}, {})
+    table = ("test/edges.proto", "test.v1", {"M": [("big", 1, "uint64"), ("name", 2, "string"), ("labels", 3, "map")]},
+             {})
     ours = Schema(*table).M
     if error:
         with pytest.raises(Exception, match=error):

@@ -39,6 +39,18 @@ def test_truncated_and_overlong_varints_are_refused(wire):
         protowire.read_varint(wire, 0, len(wire))
 
 
+@pytest.mark.parametrize("wire, read", [
+    (b"\x01", 1), (b"\xff\xff\xff\xff\x0f", (1 << 32) - 1), (b"\x81\x80\x80\x80\x00", 1),
+    (b"\x81\x80\x80\x80\x80\x00", None), (b"\xff" * 5 + b"\x01", None),
+])
+def test_a_key_or_a_length_is_at_most_five_bytes(wire, read):
+    if read is None:
+        with pytest.raises(MessageError, match="overlong varint"):
+            protowire.read_varint(wire, 0, len(wire), protowire.KEY_BYTES)
+    else:
+        assert protowire.read_varint(wire, 0, len(wire), protowire.KEY_BYTES) == (read, len(wire))
+
+
 def test_a_length_delimited_field_and_its_one_byte_fast_path():
     assert protowire.length(1, b"abc") == b"\x0a\x03abc"
     assert protowire.length(16, b"x" * 200) == b"\x82\x01\xc8\x01" + b"x" * 200
