@@ -98,8 +98,9 @@ class LabCRI(cri_grpc.CRIRuntime):
     def _message(self, name: str, doc: Dict[str, Any]) -> Any:
         return getattr(self.lab, name)(**doc)
 
-    def run_pod_sandbox(self, config: Dict[str, Any]) -> str:
-        request = self.lab.RunPodSandboxRequest(config=self._message("PodSandboxConfig", config))
+    def run_pod_sandbox(self, config: Dict[str, Any], handler: str = "") -> str:
+        request = self.lab.RunPodSandboxRequest(config=self._message("PodSandboxConfig", config),
+                                                runtime_handler=handler)
         return str(self.call("RunPodSandbox", request, self.lab.RunPodSandboxResponse).pod_sandbox_id)
 
     def create_container(self, sandbox_id: str, config: Dict[str, Any], sandbox_config: Dict[str, Any]) -> str:
@@ -413,9 +414,10 @@ class Lab:
     # --- kubelet-like pods --------------------------------------------------------------------------------
     def run_pod(self, name: str, qos: str, containers: List[Dict[str, Any]], *, namespace: str = "lab",
                 uid: Optional[str] = None, start: bool = True,
-                annotations: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+                annotations: Optional[Dict[str, str]] = None, handler: str = "") -> Dict[str, Any]:
         """A pod with ``containers`` = [{"name", "cpu" (millicores or None), "memory" (bytes or None),
-        "command" (argv, default sleep infinity), "limit" (default: = request for Guaranteed)}]."""
+        "command" (argv, default sleep infinity), "limit" (default: = request for Guaranteed)}]; ``handler``: its
+        RuntimeClass's runtime handler (none: the runtime's default)."""
         uid = uid or str(uuid.uuid4())
         parent = self.pod_parent(qos, uid)
         labels = {"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": namespace,
@@ -425,7 +427,7 @@ class Lab:
                    "labels": labels, "annotations": dict({"kubernetes.io/config.source": "api"}, **(annotations or {})),
                    "linux": {"cgroup_parent": parent,
                              "security_context": {"namespace_options": {"network": 2, "pid": 1, "ipc": 0}}}}
-        sandbox_id = self.cri.run_pod_sandbox(sandbox)
+        sandbox_id = self.cri.run_pod_sandbox(sandbox, handler)
         self.pods.append(sandbox_id)
         self.parents[sandbox_id] = parent
         pod = {"uid": uid, "name": name, "namespace": namespace, "sandbox_id": sandbox_id, "sandbox": sandbox,
@@ -542,7 +544,8 @@ listen = "{dir}/crio.sock"
 [crio.runtime]
 default_runtime = "runc"
 conmon = "/usr/bin/conmon"
-cgroup_manager = "cgroupfs"
+cgroup_manager = "{cgroup_manager}"
+irqbalance_config_restore_file = "disable"
 pinns_path = "{binaries}/pinns"
 hooks_dir = ["{dir}/hooks.d"]
 container_exits_dir = "{dir}/exits"
@@ -552,7 +555,7 @@ enable_pod_events = true
 [crio.runtime.runtimes.runc]
 runtime_path = "{runc}"
 runtime_root = "{dir}/runc"
-[crio.image]
+{handlers}[crio.image]
 pause_image = "{pause}"
 signature_policy = "{dir}/policy.json"
 [crio.network]
@@ -567,7 +570,15 @@ nri_plugin_request_timeout = "{nri_timeout}"
 
 class CrioLab(Lab):
     """The same lab on CRI-O (``binaries``: its ``crio`` and ``pinns``) with Debian's conmon and runc: its images
-    loaded into its storage with podman (no registry here), cgroupfs driver, OCI hooks from ``hooks_dir``."""
+    loaded into its storage with podman (no registry here), OCI hooks from ``hooks_dir``. ``allowed_annotations``: a
+    second runc handler, ``high-performance`` (a RuntimeClass's), that allows them: its pods get CRI-O's
+    high-performance hooks (the default handler's never do: CRI-O 1.36 finds no configuration for the empty handler
+    name a pod without a RuntimeClass has). CRI-O's copy of the banned interrupts is never restored at its start (that
+    would write /etc/sysconfig)."""
+
+    def __init__(self, *args: Any, allowed_annotations: Sequence[str] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.allowed_annotations = tuple(allowed_annotations)
 
     @property
     def major(self) -> int:
@@ -584,7 +595,16 @@ class CrioLab(Lab):
     def config_text(self, imports: Sequence[str] = ()) -> str:
         return CRIO_CONFIG.format(dir=self.dir, runroot=self.runroot, binaries=self.binaries, pause=PAUSE_IMAGE,
                                   runc=shutil.which("runc") or "runc", nri=str(self.nri).lower(),
-                                  nri_timeout=self.nri_timeout)
+                                  nri_timeout=self.nri_timeout,
+                                  cgroup_manager="systemd" if self.systemd else "cgroupfs",
+                                  handlers=self._handlers())
+
+    def _handlers(self) -> str:
+        if not self.allowed_annotations:
+            return ""
+        return '[crio.runtime.runtimes.high-performance]\nruntime_path = "%s"\nruntime_root = "%s/runc"\n' \
+            'allowed_annotations = [%s]\n' % (shutil.which("runc") or "runc", self.dir,
+                                               ", ".join('"%s"' % name for name in self.allowed_annotations))
 
     @functools.cached_property
     def runroot(self) -> str:

@@ -1,7 +1,8 @@
 """The real-server tests: run inside the QEMU guest of scripts/guest.py (2 sockets x 2 cores x 2 threads, 2 NUMA
 nodes, cgroup v2, systemd), never on the host. Each fixture's containerd is a real one, its binaries shared in with the
 checkout: Debian's 2.1.9 (scripts/runtimes.sh containerd-2.1) or 1.7.24 with NRI (scripts/containerd-nri.sh), with
-the cgroupfs or the systemd cgroup driver. (Debian 12's 1.6, the image's, is the agent role's in tests/guest_host.)"""
+the cgroupfs or the systemd cgroup driver; CRI-O 1.36.3 (scripts/runtimes.sh cri-o) with the systemd driver. (Debian
+12's 1.6, the image's, is the agent role's in tests/guest_host.)"""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset
 KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
 NRI_BINARIES = os.path.join(ROOT, ".cache", "containerd-nri", "usr", "bin")  # 1.7.24
 CONTAINERD_2 = os.path.join(ROOT, ".cache", "containerd-2.1", "usr", "bin")  # 2.1.9
+CRIO_BINARIES = os.path.join(ROOT, ".cache", "cri-o")  # CRI-O 1.36.3 (scripts/guest.py shares its build in)
+CRIO_IRQ = "irq-load-balancing.crio.io"
 SIBLINGS = {0: 1, 1: 0, 2: 3, 3: 2, 4: 5, 5: 4, 6: 7, 7: 6}
 NUMA = {cpu: cpu // 4 for cpu in range(8)}
 
@@ -103,6 +106,19 @@ def lab17():
     """containerd 1.7.24 with NRI and CRI events, cgroupfs driver."""
     with make_lab("cgroupfs", NRI_BINARIES, nri=True) as lab:
         lab.driver = "cgroupfs"
+        yield lab
+
+
+@pytest.fixture(scope="session")
+def crio():
+    """CRI-O 1.36.3 with Debian's conmon, runc and podman (its images), systemd cgroup driver, NRI on, and a
+    ``high-performance`` handler beside runc that allows ``irq-load-balancing.crio.io`` (a pod of that RuntimeClass
+    with the annotation gets CRI-O's hooks for interrupts)."""
+    if not os.path.exists(os.path.join(CRIO_BINARIES, "crio")):
+        pytest.fail("%s is not shared in: scripts/guest.py's stage copies CRI-O's build there" % CRIO_BINARIES)
+    with lab_module.CrioLab(binaries=CRIO_BINARIES, nri=True, systemd=True, slow=True,
+                            allowed_annotations=[CRIO_IRQ]) as lab:
+        lab.driver = "systemd"
         yield lab
 
 
@@ -197,3 +213,35 @@ def guaranteed(cpu_count, command=None):
 
 
 SHARED = [{"name": "app", "cpu": 250}]
+
+
+# --- interrupts (/proc/irq) -----------------------------------------------------------------------------
+PROC_IRQ = "/proc/irq"
+
+
+def affinities(name="smp_affinity_list"):
+    """IRQ -> the CPUs procfs lists for it (``effective_affinity_list``: where it is delivered now)."""
+    found = {}
+    for irq in sorted(int(n) for n in os.listdir(PROC_IRQ) if n.isdigit()):
+        try:
+            with open(os.path.join(PROC_IRQ, str(irq), name), encoding="ascii") as handle:
+                found[irq] = cpus(handle.read().strip() or "")
+        except OSError:
+            continue
+    return found
+
+
+def default_affinity():
+    with open(os.path.join(PROC_IRQ, "default_smp_affinity"), encoding="ascii") as handle:
+        return set(CPUSet.parse_mask(handle.read().strip()))
+
+
+def on(held, table, skip=()):
+    """The interrupts of ``table`` whose CPUs include one of ``held`` (``skip`` aside)."""
+    return {irq: sorted(cpus_) for irq, cpus_ in table.items() if cpus_ & held and irq not in skip}
+
+
+@pytest.fixture(name="irqbalance_stopped")
+def fixture_irqbalance_stopped():
+    subprocess.run(["systemctl", "stop", "irqbalance"], check=True)
+    yield

@@ -11,33 +11,12 @@ import os
 import signal
 import subprocess
 
-import pytest
 from checkpoints import checkpoint_file
-from conftest import KUBECPU, Pinner, cpus, guaranteed, settle, wait_for
+from conftest import KUBECPU, Pinner, affinities, cpus, default_affinity, guaranteed, on, settle, wait_for
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import HousekeepingError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.irqbalance import ENV_FILE, ENV_NAME, IrqBalance
-
-PROC_IRQ = "/proc/irq"
-
-
-def affinities(name="smp_affinity_list"):
-    """IRQ -> the CPUs procfs lists for it (``effective_affinity_list``: where it is delivered now)."""
-    found = {}
-    for irq in sorted(int(n) for n in os.listdir(PROC_IRQ) if n.isdigit()):
-        try:
-            with open(os.path.join(PROC_IRQ, str(irq), name), encoding="ascii") as handle:
-                found[irq] = cpus(handle.read().strip() or "")
-        except OSError:
-            continue
-    return found
-
-
-def default_affinity():
-    with open(os.path.join(PROC_IRQ, "default_smp_affinity"), encoding="ascii") as handle:
-        return set(CPUSet.parse_mask(handle.read().strip()))
-
 
 def interrupt_counts():
     """IRQ -> how often it has fired (every CPU's column of /proc/interrupts)."""
@@ -60,11 +39,6 @@ def busy():
     os.sync()
 
 
-def on(held, table, skip=()):
-    """The interrupts of ``table`` whose CPUs include one of ``held`` (``skip`` aside)."""
-    return {irq: sorted(cpus_) for irq, cpus_ in table.items() if cpus_ & held and irq not in skip}
-
-
 def banned_or_none(balance, path):
     """What the daemon says it bans, or None while it does not answer yet (it opens its socket before its loop runs)."""
     try:
@@ -82,12 +56,6 @@ def env_setting():
 def record_of(pinner_state):
     with open(pinner_state + ".irq.json", encoding="utf-8") as handle:
         return json.load(handle)
-
-
-@pytest.fixture(name="irqbalance_stopped")
-def fixture_irqbalance_stopped():
-    subprocess.run(["systemctl", "stop", "irqbalance"], check=True)
-    yield
 
 
 def idle_levels(lab, cid):

@@ -38,25 +38,31 @@ def free_cpus(state):
         return cpus(json.load(handle)["defaultCpuSet"])
 
 
-def test_live_defragmentation_frees_whole_cores_that_a_request_then_gets(lab21, made, tmp_path):
+@pytest.fixture(params=["lab21", "crio"])
+def runtime(request):
+    """containerd 2.1.9 or CRI-O 1.36.3, each with the systemd cgroup driver."""
+    return request.getfixturevalue(request.param)
+
+
+def test_live_defragmentation_frees_whole_cores_that_a_request_then_gets(runtime, made, tmp_path):
     """Six 1-CPU pods fill CPUs 2-7 (core 0 reserved); three removed leave a free CPU on each of three cores: no
     whole core is free and a 2-CPU full-pcpus-only request is refused. ``bin/kubecpu defrag`` moves pinned containers
     live until whole cores are free; every move shows in /proc and cgroupfs and the state agrees; then the request
-    is admitted."""
+    is admitted. On containerd 2.1.9 and on CRI-O (its CRI's UpdateContainerResources moves them)."""
     state = str(tmp_path / "state")
-    flags = node_flags(lab21, state) + ["--reserved-cpus", "0-1"]
+    flags = node_flags(runtime, state) + ["--reserved-cpus", "0-1"]
     pods = []
     for n in range(6):  # one at a time: the packed order fills 2, 3, 4, ... as the kubelet would
-        pods.append(lab21.run_pod("x%d" % n, "Guaranteed", guaranteed(1)))
-        made.append((lab21, pods[-1]))
+        pods.append(runtime.run_pod("x%d" % n, "Guaranteed", guaranteed(1)))
+        made.append((runtime, pods[-1]))
         kubecpu("reconcile", *flags)
     held = {pod["uid"]: cpus(entries(state)[pod["uid"]]["app"]) for pod in pods}
     assert sorted(min(v) for v in held.values()) == [2, 3, 4, 5, 6, 7]
     keep = []
     for pod in pods:  # remove the pods on CPUs 3, 4 and 6: one free CPU on each of cores 2-3, 4-5, 6-7
         if min(held[pod["uid"]]) in (3, 4, 6):
-            lab21.remove_pod(pod)
-            made.remove((lab21, pod))
+            runtime.remove_pod(pod)
+            made.remove((runtime, pod))
         else:
             keep.append(pod)
     kubecpu("reconcile", *flags)
@@ -78,7 +84,7 @@ def test_live_defragmentation_frees_whole_cores_that_a_request_then_gets(lab21, 
         (m["pod_uid"], m["cpus"]) for m in checked["actions"] if m["action"] == "move"]
     after = entries(state)
     for pod in keep:  # /proc, cgroupfs and the state agree on every container, moved or not
-        settle(lab21, pod, cpus(after[pod["uid"]]["app"]))
+        settle(runtime, pod, cpus(after[pod["uid"]]["app"]))
     free = free_cpus(state) - {0, 1}
     assert any(cpu in free and SIBLINGS[cpu] in free for cpu in free)  # a whole core is free now
     admitted = kubecpu(*plan_argv, ",".join(map(str, sorted(free))))
