@@ -401,13 +401,15 @@ class Guest:
 # The guest stage of scripts/test.sh: groups of tests, a fresh guest each, side by side (each guest emulates on one
 # host core). "guest": pytest inside the guest; "host": pytest here against that guest (KUBECPU_GUEST names it).
 # The two groups are balanced by their measured minutes (scripts/test.sh's table shows each part): the node group
-# pins (discovery, pinning, operations) and then runs the kubelet role's three rollouts; the roles group keeps
-# interrupts and daemons off exclusive CPUs (housekeeping) and then runs the agent role's four runs.
+# pins (discovery, pinning, operations), runs the real kubelets beside kubecpu's predictions and then the kubelet
+# role's three rollouts; the roles group keeps interrupts and daemons off exclusive CPUs (housekeeping), runs both
+# cgroup drivers, live defragmentation and CRI-O, and then the agent role's four runs.
 GROUPS: Dict[str, Dict[str, List[str]]] = {
     "node": {"guest": ["tests/guest/test_discovery.py", "tests/guest/test_pinning.py",
-                       "tests/guest/test_operations.py", "tests/guest/test_crio.py"],
+                       "tests/guest/test_operations.py", "tests/guest/test_kubelet.py"],
              "host": ["tests/guest_host/test_kubelet_role.py"]},
-    "roles": {"guest": ["tests/guest/test_housekeeping.py", "tests/guest/test_drivers.py"],
+    "roles": {"guest": ["tests/guest/test_housekeeping.py", "tests/guest/test_drivers.py",
+                        "tests/guest/test_defrag.py", "tests/guest/test_crio.py"],
               "host": ["tests/guest_host/test_agent_role.py"]},
 }
 
@@ -428,14 +430,16 @@ def stage(output: str, timeout: float, groups: Sequence[str], ready: Optional[st
         if got.returncode != 0:
             print("guest: %s could not be had for the guest:\n%s" % (runtime, got.stderr[-2000:]), file=sys.stderr)
             return 3
-    crio = threading.Thread(target=_share_crio, args=(output,), name="cri-o")  # built in the background (cold: minutes)
-    crio.start()
+    builds = {test: threading.Thread(target=_share, args=(output, test), name=test) for test in SHARED_BUILDS
+              if any(test in GROUPS[name]["guest"] for name in groups)}
+    for build_thread in builds.values():
+        build_thread.start()
     results: Dict[str, Tuple[int, float]] = {}
-    threads = [threading.Thread(target=_group, args=(name, output, timeout, results),
-                                kwargs={"ready": ready, "crio": crio}, name=name) for name in groups]
+    threads = [threading.Thread(target=_group, args=(name, output, timeout, results), kwargs={"ready": ready},
+                                name=name) for name in groups]
     for thread in threads:
         thread.start()
-    for thread in threads:
+    for thread in [*threads, *builds.values()]:
         thread.join()
     for name in groups:
         code, took = results.get(name, (3, 0.0))
@@ -450,26 +454,38 @@ def stage(output: str, timeout: float, groups: Sequence[str], ready: Optional[st
 
 
 _TIMINGS_LOCK = threading.Lock()
-CRIO_SHARED = os.path.join(ROOT, ".cache", "cri-o")  # CRI-O's binaries in the checkout, where the guest sees them
-CRIO_TESTS = "tests/guest/test_crio.py"
+KUBELETS = ("1.35", "1.36", "1.37")
+# What a guest test runs that the host builds (once per machine, outside the clone): its test file -> the builds it
+# needs, each the command that prints where its binaries are and {binary: its path in the checkout's .cache}, where
+# the guest sees it. Built in the background while the guests boot and run; the test waits for its files (the share
+# is live), so a cold build delays only the tests that need it.
+SHARED_BUILDS: Dict[str, List[Tuple[List[str], Dict[str, str]]]] = {
+    "tests/guest/test_crio.py": [(["runtimes.sh", "cri-o"], {"crio": "cri-o/crio", "pinns": "cri-o/pinns"})],
+    "tests/guest/test_kubelet.py": [(["kubelet.sh", minor], {"kubelet": "kubelet/kubelet-%s" % minor})
+                                    for minor in KUBELETS],
+}
 
 
-def _share_crio(output: str) -> None:
-    """CRI-O (scripts/runtimes.sh builds it once per machine, outside the clone) copied into the checkout for the
-    groups that run tests/guest/test_crio.py; on failure the copy is missing and those tests say so."""
-    started = time.monotonic()
-    got = subprocess.run(["bash", os.path.join(ROOT, "scripts", "runtimes.sh"), "cri-o"], capture_output=True,
-                         text=True, check=False)
-    if got.returncode != 0:
-        print("guest: CRI-O could not be had for the guest:\n%s" % got.stderr[-2000:], file=sys.stderr)
-        return
-    built = got.stdout.strip().splitlines()[-1]
-    os.makedirs(CRIO_SHARED + ".tmp", exist_ok=True)
-    for name in ("crio", "pinns"):
-        shutil.copy2(os.path.join(built, name), os.path.join(CRIO_SHARED + ".tmp", name))
-    shutil.rmtree(CRIO_SHARED, ignore_errors=True)
-    os.rename(CRIO_SHARED + ".tmp", CRIO_SHARED)
-    _timing(output, time.monotonic() - started, "  CRI-O for the guest (built, or found in the cache)")
+def _share(output: str, test: str) -> None:
+    """``test``'s builds (SHARED_BUILDS) copied into the checkout; for one that fails, ``<file>.failed`` says why."""
+    for argv, files in SHARED_BUILDS[test]:
+        started = time.monotonic()
+        got = subprocess.run(["bash", os.path.join(ROOT, "scripts", argv[0]), *argv[1:]], capture_output=True,
+                             text=True, check=False)
+        built = got.stdout.strip().splitlines()[-1] if got.returncode == 0 else ""
+        for name, where in files.items():
+            target = os.path.join(ROOT, ".cache", where)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if not built:  # the test waiting for the file stops at once with why
+                with open(target + ".failed", "w", encoding="utf-8") as handle:
+                    handle.write("%s failed:\n%s" % (" ".join(argv), got.stderr[-2000:]))
+                continue
+            shutil.copy2(os.path.join(built, name), target + ".tmp")
+            os.replace(target + ".tmp", target)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(target + ".failed")
+        _timing(output, time.monotonic() - started, "  for the guest: %s (built, or found in the cache)"
+                % " ".join(argv))
 
 
 def _timing(output: str, seconds: float, what: str) -> None:
@@ -480,7 +496,7 @@ def _timing(output: str, seconds: float, what: str) -> None:
 
 
 def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int, float]], *,
-           ready: Optional[str] = None, crio: Optional[threading.Thread] = None) -> None:
+           ready: Optional[str] = None) -> None:
     spec = GROUPS[name]
     started = time.monotonic()
     code = 3
@@ -492,8 +508,6 @@ def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int,
                 log.write(b"guest %s: up in %.0f s\n" % (name.encode(), booted))
                 log.flush()
                 code = 0
-                if crio is not None and CRIO_TESTS in spec.get("guest", []):  # booted meanwhile: no wait when warm
-                    crio.join(max(1.0, started + timeout - time.monotonic()))
                 if spec.get("guest"):
                     began = time.monotonic()
                     code = guest.run(["python3", "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEP",

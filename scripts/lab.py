@@ -602,9 +602,9 @@ class CrioLab(Lab):
     def _handlers(self) -> str:
         if not self.allowed_annotations:
             return ""
-        return '[crio.runtime.runtimes.high-performance]\nruntime_path = "%s"\nruntime_root = "%s/runc"\n' \
-            'allowed_annotations = [%s]\n' % (shutil.which("runc") or "runc", self.dir,
-                                               ", ".join('"%s"' % name for name in self.allowed_annotations))
+        allowed = ", ".join('"%s"' % name for name in self.allowed_annotations)
+        return ('[crio.runtime.runtimes.high-performance]\nruntime_path = "%s"\nruntime_root = "%s/runc"\n'
+                'allowed_annotations = [%s]\n' % (shutil.which("runc") or "runc", self.dir, allowed))
 
     @functools.cached_property
     def runroot(self) -> str:

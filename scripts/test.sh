@@ -80,7 +80,7 @@ rm -f tests/output/runtimes.tsv tests/output/runtimes.txt
  bash scripts/runtimes.sh versions > tests/output/runtimes.txt) > "$runtimes_log" 2>&1 &
 runtimes_pid=$!
 
-stage guest-start "guest stage started in the background: a real server (QEMU: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes, cgroup v2, systemd); the guests boot and their own tests run beside the next stages, the host-side tests wait for the virtual environment and the built collection (tests/output/guest/ready.json, written after the build stage); its output at the end"
+stage guest-start "guest stage started in the background: a real server (QEMU: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes, cgroup v2, systemd); the guests boot and their own tests run beside the next stages (CRI-O and the kubelets 1.35.4, 1.36.3 and 1.37.2 built for them, or found in the cache), the host-side tests wait for the virtual environment and the built collection (tests/output/guest/ready.json, written after the build stage); its output at the end"
 mkdir -p tests/output/guest
 rm -f tests/output/guest/timings.tsv tests/output/guest/ready.json
 python3 scripts/guest.py test --output tests/output/guest --ready tests/output/guest/ready.json \
@@ -196,6 +196,7 @@ collect sanity_pid "$sanity_log" "ansible-test sanity"
 
 stage guest-wait "the guest stage: waiting for it, then its output"
 collect guest_pid tests/output/guest/stage.log "the guest stage"
+bash scripts/kubelet.sh versions | tee tests/output/guest/kubelets.txt  # the kubelets it built (or found) and ran
 
 timings  # before the closing line, which stays the last one
 UNIT_JUNIT="$dest/tests/output/junit" python - <<'PY'

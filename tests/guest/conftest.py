@@ -114,12 +114,26 @@ def crio():
     """CRI-O 1.36.3 with Debian's conmon, runc and podman (its images), systemd cgroup driver, NRI on, and a
     ``high-performance`` handler beside runc that allows ``irq-load-balancing.crio.io`` (a pod of that RuntimeClass
     with the annotation gets CRI-O's hooks for interrupts)."""
-    if not os.path.exists(os.path.join(CRIO_BINARIES, "crio")):
-        pytest.fail("%s is not shared in: scripts/guest.py's stage copies CRI-O's build there" % CRIO_BINARIES)
+    for name in ("crio", "pinns"):
+        shared_build(os.path.join(CRIO_BINARIES, name))
     with lab_module.CrioLab(binaries=CRIO_BINARIES, nri=True, systemd=True, slow=True,
                             allowed_annotations=[CRIO_IRQ]) as lab:
         lab.driver = "systemd"
         yield lab
+
+
+BUILD_WAIT = 2400  # seconds: the guest stage builds what is not in the host's cache while the guests run (cold)
+
+
+def shared_build(path):
+    """A binary scripts/guest.py's stage builds on the host and copies into the checkout while this runs: waited for
+    (the share is live); its ``.failed`` file stops the wait with the build's error."""
+    wait_for(lambda: os.path.exists(path) or os.path.exists(path + ".failed"), BUILD_WAIT,
+             "%s from the host (scripts/guest.py's stage builds it; `guest.py run` does not)" % path)
+    if not os.path.exists(path):
+        with open(path + ".failed", encoding="utf-8") as handle:
+            pytest.fail(handle.read())
+    return path
 
 
 def make_lab(driver, binaries, nri=False):
@@ -213,6 +227,25 @@ def guaranteed(cpu_count, command=None):
 
 
 SHARED = [{"name": "app", "cpu": 250}]
+TIMEOUT = ["--runtime-timeout", "30"]  # a guest vCPU is 25-30x slower than the host's
+
+
+@pytest.fixture
+def made(lab21):
+    pods = []
+    yield pods
+    for lab, pod in pods:
+        lab.remove_pod(pod)
+
+
+def node_flags(lab, state):
+    return ["--runtime", "cri", "--runtime-endpoint", lab.endpoint, "--state", state, "--kubelet-state",
+            state + ".kubelet", *TIMEOUT]
+
+
+def entries(state):
+    with open(state, encoding="utf-8") as handle:
+        return json.load(handle).get("entries", {})
 
 
 # --- interrupts (/proc/irq) -----------------------------------------------------------------------------

@@ -103,8 +103,8 @@ def test_kubecpu_s_isolation_and_crio_s_hooks_together_agree(tmp_path, crio, pod
                  % _record(plugin).get("originals"))
         assert default_affinity() == default_before
         after = affinities()
-        print("both, after: default %s, interrupts %s (before: %s)" % (sorted(default_affinity()), shown(after),
-                                                                        shown(before)))
+        print("both, after: default %s, interrupts %s (before: %s)"
+              % (sorted(default_affinity()), shown(after), shown(before)))
         for key, original in moved["originals"].items():  # none left where kubecpu put it: given back, or irqbalance's
             if key != "default" and int(key) in after and int(key) not in refused:
                 assert after[int(key)] == cpus(original) or after[int(key)] != cpus(moved["wrote"][key]), key

@@ -18,6 +18,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.irqbalance import ENV_FILE, ENV_NAME, IrqBalance
 
+
 def interrupt_counts():
     """IRQ -> how often it has fired (every CPU's column of /proc/interrupts)."""
     counts = {}

@@ -25,7 +25,8 @@ def cited():
     return found - {"README.md", "CHANGELOG.md", "DEVELOPERS.md", "ENVIRONMENT.md", "STYLE.md"}
 
 
-KUBECPU_OWN = ("README.md", "VERSIONS_IN_KUBECPU.md", "ARCHITECTURE.md", "HOUSEKEEPING.md", "RUNTIMES_TESTED.md")  # not copies of the ground truth
+KUBECPU_OWN = ("README.md", "VERSIONS_IN_KUBECPU.md", "ARCHITECTURE.md", "HOUSEKEEPING.md", "RUNTIMES_TESTED.md",
+               "REAL_KUBELET.md")  # not copies of the ground truth
 
 
 def test_every_cited_document_is_in_docs():
@@ -42,13 +43,14 @@ def test_the_copies_equal_the_ground_truth(name):
         assert copy.read() == truth.read(), "docs/%s differs from the ground truth: copy it again" % name
 
 
-def test_every_test_the_runtimes_table_names_exists_and_runs_for_that_runtime():
-    """docs/RUNTIMES_TESTED.md backs each cell with a test: the file defines it, and a ``[run]`` it names is one of
-    the test's parameters (each of ``a-b``'s parts appears in the file, quoted)."""
-    with open(os.path.join(ROOT, "docs", "RUNTIMES_TESTED.md"), encoding="utf-8") as handle:
+@pytest.mark.parametrize("page, least", [("RUNTIMES_TESTED.md", 30), ("REAL_KUBELET.md", 1)])
+def test_every_test_a_tested_table_names_exists_and_runs_for_that_runtime(page, least):
+    """docs/RUNTIMES_TESTED.md and docs/REAL_KUBELET.md back each cell with a test: the file defines it, and a
+    ``[run]`` it names is one of the test's parameters (each of ``a-b``'s parts appears in the file, quoted)."""
+    with open(os.path.join(ROOT, "docs", page), encoding="utf-8") as handle:
         table = handle.read()
     named = re.findall(r"`(tests/[\w/]+\.py)::(test_\w+)(?:\[([^\]]+)\])?`", table)
-    assert len(named) >= 30
+    assert len(named) >= least
     for path, test, run in named:
         with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
             source = handle.read()
