@@ -24,29 +24,29 @@ def runtime(request):
 
 
 def test_live_defragmentation_frees_whole_cores_that_a_request_then_gets(runtime, made, tmp_path):
-    """Six 1-CPU pods fill CPUs 2-7 (core 0 reserved); three removed leave a free CPU on each of three cores: no
-    whole core is free and a 2-CPU full-pcpus-only request is refused. ``bin/kubecpu defrag`` moves pinned containers
+    """Four 1-CPU pods fill CPUs 4-7 (cores 0-1 reserved); the two on CPUs 5 and 6 removed leave a free CPU on each of
+    cores 4-5 and 6-7: no whole core is free and a 2-CPU full-pcpus-only request is refused. ``bin/kubecpu defrag`` moves pinned containers
     live until whole cores are free; every move shows in /proc and cgroupfs and the state agrees; then the request
     is admitted. On containerd 2.1.9 and on CRI-O (its CRI's UpdateContainerResources moves them)."""
     state = str(tmp_path / "state")
-    flags = node_flags(runtime, state) + ["--reserved-cpus", "0-1"]
+    flags = node_flags(runtime, state) + ["--reserved-cpus", "0-3"]
     pods = []
-    for n in range(6):  # one at a time: the packed order fills 2, 3, 4, ... as the kubelet would
+    for n in range(4):  # one at a time: the packed order fills 4, 5, 6, 7 as the kubelet would
         pods.append(runtime.run_pod("x%d" % n, "Guaranteed", guaranteed(1)))
         made.append((runtime, pods[-1]))
         kubecpu("reconcile", *flags)
     held = {pod["uid"]: cpus(entries(state)[pod["uid"]]["app"]) for pod in pods}
-    assert sorted(min(v) for v in held.values()) == [2, 3, 4, 5, 6, 7]
+    assert sorted(min(v) for v in held.values()) == [4, 5, 6, 7]
     keep = []
-    for pod in pods:  # remove the pods on CPUs 3, 4 and 6: one free CPU on each of cores 2-3, 4-5, 6-7
-        if min(held[pod["uid"]]) in (3, 4, 6):
+    for pod in pods:  # remove the pods on CPUs 5 and 6: one free CPU on each of cores 4-5 and 6-7
+        if min(held[pod["uid"]]) in (5, 6):
             runtime.remove_pod(pod)
             made.remove((runtime, pod))
         else:
             keep.append(pod)
     kubecpu("reconcile", *flags)
-    before = free_cpus(state) - {0, 1}
-    assert before == {3, 4, 6}
+    before = free_cpus(state) - {0, 1, 2, 3}
+    assert before == {5, 6}
     topology = str(tmp_path / "topology.json")
     with open(topology, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(kubecpu("topology")))
@@ -64,7 +64,7 @@ def test_live_defragmentation_frees_whole_cores_that_a_request_then_gets(runtime
     after = entries(state)
     for pod in keep:  # /proc, cgroupfs and the state agree on every container, moved or not
         settle(runtime, pod, cpus(after[pod["uid"]]["app"]))
-    free = free_cpus(state) - {0, 1}
+    free = free_cpus(state) - {0, 1, 2, 3}
     assert any(cpu in free and SIBLINGS[cpu] in free for cpu in free)  # a whole core is free now
     admitted = kubecpu(*plan_argv, ",".join(map(str, sorted(free))))
     assert cpus(admitted["cpus"]) <= free and len(cpus(admitted["cpus"])) == 2

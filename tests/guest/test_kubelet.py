@@ -2,7 +2,7 @@
 (scripts/kubelet.sh; the guest stage shares them in), standalone (static pods from a manifest directory, no API
 server) on containerd 2.1.9 with the systemd cgroup driver, its images local. The kubelet's configuration is what the
 kubelet role's planning makes of a base configuration (``plan_change``, the core of the cpu_manager_kubelet_config
-module that the role writes out). Guaranteed static pods come one at a time; the kubelet's checkpoint, and each
+module that the role writes out). Guaranteed static pods, several running at once; the kubelet's checkpoint, and each
 container's cgroup and first process, are what ``bin/kubecpu allocate`` predicts for the same node, the same order
 and the same kubelet version.
 
@@ -37,6 +37,7 @@ STATIC_POD = {"apiVersion": "v1", "kind": "Pod",
                   "name": "app", "image": lab_module.BUSYBOX_IMAGE, "imagePullPolicy": "Never",
                   "command": ["/bin/sleep", "infinity"]}]}}
 START_TIMEOUT = 300  # a kubelet's start under emulation: about 25 s idle
+PODS = (("two", 2), ("one", 1), ("three", 3))  # Guaranteed static pods: name, CPUs
 
 
 class Kubelet:
@@ -66,12 +67,12 @@ class Kubelet:
         except (OSError, ValueError):
             return {}
 
-    def add(self, name, count):
+    def add(self, name, count, order):
         pod = json.loads(json.dumps(STATIC_POD))
         pod["metadata"] = {"name": name, "namespace": "default", "uid": "%s-uid" % name}
         quantity = {"cpu": str(count), "memory": "32Mi"}
         pod["spec"]["containers"][0]["resources"] = {"requests": quantity, "limits": quantity}
-        with open(os.path.join(self.manifests, name + ".yaml"), "w", encoding="utf-8") as handle:
+        with open(os.path.join(self.manifests, "%d-%s.yaml" % (order, name)), "w", encoding="utf-8") as handle:
             yaml.safe_dump(pod, handle)
         return pod["metadata"]["uid"]
 
@@ -90,18 +91,17 @@ def kubelet_binary(request):
     return request.param, shared_build(os.path.join(KUBELETS, "kubelet-%s" % request.param))
 
 
-def _running(lab, uid):
-    """The container of the static pod ``uid`` that the kubelet made, as the lab knows pods (None: not yet)."""
-    for item in lab.cri.list_containers():
-        if item.pod_uid == uid and item.state == "CONTAINER_RUNNING":
-            return item
-    return None
+def _all_running(lab, uids):
+    """Pod UID -> its running container's ID, once every pod of ``uids`` has one (else None)."""
+    running = {item.pod_uid: item.id for item in lab.cri.list_containers() if item.state == "CONTAINER_RUNNING"}
+    return running if all(uid in running for uid in uids) else None
 
 
 def test_the_kubelet_pins_static_pods_where_kubecpu_predicts(kubelet_binary, lab21, tmp_path):
-    """Static policy, reserved CPU 0 (the role's reserved_cpus), no options: pods of 2, 1 and 3 CPUs one after the
-    other. After each, the kubelet's checkpoint is kubecpu's state after the same allocation, field for field (its
-    format and checksums are this kubelet version's), and the container runs on those CPUs."""
+    """Static policy, reserved CPU 0 (the role's reserved_cpus), no options: static pods of 2, 1 and 3 CPUs put into
+    its manifest directory one after the other, each once the one before is admitted. Its checkpoint is kubecpu's
+    state after the same allocations in the same order, field for field (its format and checksums are this kubelet
+    version's), and each container runs on its CPUs."""
     minor, binary = kubelet_binary
     topology = discover_sysfs("/")
     change = plan_change(BASE, Desired(policy="static", reserved_cpus=CPUSet.parse("0")), topology, RELEASES[minor],
@@ -112,37 +112,41 @@ def test_the_kubelet_pins_static_pods_where_kubecpu_predicts(kubelet_binary, lab
     predicted = str(tmp_path / "kubecpu-state")
     with open(str(tmp_path / "topology.json"), "w", encoding="utf-8") as handle:
         handle.write(json.dumps(kubecpu("topology")))
+    uids = {}
     kubelet.start()
     try:
         wait_for(lambda: kubelet.entries().get("policyName") == "static" or kubelet.proc.poll() is not None,
                  START_TIMEOUT, "kubelet %s writing its checkpoint" % minor)
         assert kubelet.proc.poll() is None, kubelet.log()
-        for name, count in (("two", 2), ("one", 1), ("three", 3)):
-            uid = kubelet.add(name, count)
-            pod = {"uid": uid, "name": name, "namespace": "default",
+        # one at a time: each admitted (its CPUs in the checkpoint) before the next comes; with several in the
+        # directory at its start the kubelet's order of admission is its own (1.35 took them by name)
+        for order, (name, count) in enumerate(PODS):
+            uids[name] = kubelet.add(name, count, order)
+            pod = {"uid": uids[name], "name": name, "namespace": "default",
                    "containers": [{"name": "app", "cpu_request": str(count), "cpu_limit": str(count),
                                    "memory_request": "32Mi", "memory_limit": "32Mi"}]}
             (tmp_path / "pod.json").write_text(json.dumps(pod))
             kubecpu("allocate", "--topology", str(tmp_path / "topology.json"), "--state", predicted,
                     "--reserved-cpus", "0", "--kubelet-version", minor, "--pod", str(tmp_path / "pod.json"),
                     "--container", "app")
-            with open(predicted, encoding="utf-8") as handle:
-                want = json.load(handle)
-            container = wait_for(lambda uid=uid: _running(lab21, uid), START_TIMEOUT,
-                                 "kubelet %s running %s" % (minor, name))
-            got = kubelet.entries()
-            assert got["entries"] == want["entries"], (name, got, want)
-            assert got == want  # the whole file, its checksums included: kubecpu writes what this kubelet writes
-            settle(lab21, {"name": name, "containers": {"app": container.id}},
-                   cpus(got["entries"][uid]["app"]))
+            wait_for(lambda uid=uids[name]: uid in kubelet.entries().get("entries", {}) or kubelet.proc.poll(),
+                     START_TIMEOUT, "kubelet %s admitting %s" % (minor, name))
+        with open(predicted, encoding="utf-8") as handle:
+            want = json.load(handle)
+        running = wait_for(lambda: _all_running(lab21, uids.values()) or kubelet.proc.poll() is not None,
+                           START_TIMEOUT, "kubelet %s running its %d static pods" % (minor, len(PODS)))
+        assert kubelet.proc.poll() is None, kubelet.log()
+        got = kubelet.entries()
+        assert got["entries"] == want["entries"], (got, want)
+        assert got == want  # the whole file, its checksums included: kubecpu writes what this kubelet writes
+        for name, count in PODS:
+            settle(lab21, {"name": name, "containers": {"app": running[uids[name]]}},
+                   cpus(got["entries"][uids[name]]["app"]))
             print("kubelet %s: %s (%d CPUs) on %s, kubecpu predicted %s" % (
-                RELEASES[minor], name, count, got["entries"][uid]["app"], want["entries"][uid]["app"]))
+                RELEASES[minor], name, count, got["entries"][uids[name]]["app"],
+                want["entries"][uids[name]]["app"]))
     finally:
         kubelet.stop()
-        for name in ("two", "one", "three"):
-            path = os.path.join(kubelet.manifests, name + ".yaml")
-            if os.path.exists(path):
-                os.unlink(path)
         for item in lab21.cri.list_pods():  # what the kubelet left running: removed as the kubelet would
             if item.namespace == "default":
                 lab21.cri.remove_pod_sandbox(item.id)
