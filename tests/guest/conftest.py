@@ -278,3 +278,12 @@ def on(held, table, skip=()):
 def fixture_irqbalance_stopped():
     subprocess.run(["systemctl", "stop", "irqbalance"], check=True)
     yield
+
+
+def record_of(pinner_state):
+    """kubecpu's interrupt record beside the state file ``pinner_state`` ({} while there is none)."""
+    try:
+        with open(pinner_state + ".irq.json", encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return {}

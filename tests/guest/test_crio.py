@@ -9,11 +9,11 @@ Machine: CPUs 2n and 2n+1 are one core; NUMA node 0 = CPUs 0-3, node 1 = CPUs 4-
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
-from conftest import CRIO_IRQ, Pinner, affinities, cpus, default_affinity, guaranteed, on, settle, wait_for
+from conftest import (CRIO_IRQ, Pinner, affinities, cpus, default_affinity, guaranteed, on, record_of, settle,
+                      wait_for)
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ContainerRuntimeError
 
@@ -95,12 +95,12 @@ def test_kubecpu_s_isolation_and_crio_s_hooks_together_agree(tmp_path, crio, pod
         wait_for(lambda: not on(held, affinities(), refused), 120, "every movable interrupt off %s (still on: %s)"
                  % (sorted(held), on(held, affinities(), refused)))
         assert default_affinity() == default_before - held
-        moved = _record(plugin)
+        moved = record_of(plugin.state)
         print("both: held %s, default %s, interrupts %s, kubecpu moved %s" % (
             sorted(held), sorted(default_affinity()), shown(affinities()), sorted(moved["originals"])))
         crio.remove_pod(pods.pop())
-        wait_for(lambda: not _record(plugin).get("originals"), 120, "kubecpu giving back what it moved (record: %s)"
-                 % _record(plugin).get("originals"))
+        wait_for(lambda: not record_of(plugin.state).get("originals"), 120,
+                 "kubecpu giving back what it moved (record: %s)" % record_of(plugin.state).get("originals"))
         assert default_affinity() == default_before
         after = affinities()
         print("both, after: default %s, interrupts %s (before: %s)"
@@ -111,10 +111,3 @@ def test_kubecpu_s_isolation_and_crio_s_hooks_together_agree(tmp_path, crio, pod
     finally:
         plugin.stop()
 
-
-def _record(plugin):
-    try:
-        with open(plugin.state + ".irq.json", encoding="utf-8") as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        return {}

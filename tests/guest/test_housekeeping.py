@@ -6,13 +6,13 @@ Machine: CPUs 2n and 2n+1 are one core; NUMA node 0 = CPUs 0-3, node 1 = CPUs 4-
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 
 from checkpoints import checkpoint_file
-from conftest import KUBECPU, Pinner, affinities, cpus, default_affinity, guaranteed, on, settle, wait_for
+from conftest import (KUBECPU, Pinner, affinities, cpus, default_affinity, guaranteed, on, record_of, settle,
+                      wait_for)
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import HousekeepingError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
@@ -52,11 +52,6 @@ def env_setting():
     """irqbalance's banned CPUs for its next start, as its environment file sets them (None: not set)."""
     with open(ENV_FILE, encoding="utf-8") as handle:
         return next((line.strip() for line in handle if line.startswith(ENV_NAME + "=")), None)
-
-
-def record_of(pinner_state):
-    with open(pinner_state + ".irq.json", encoding="utf-8") as handle:
-        return json.load(handle)
 
 
 def idle_levels(lab, cid):

@@ -60,7 +60,7 @@ class Kubelet:
             self.proc = subprocess.Popen([self.binary, "--config", self.config_path, "--root-dir", self.root,
                                           "--v=2"], stdout=log, stderr=log, start_new_session=True)
 
-    def entries(self):
+    def state(self):
         try:
             with open(self.checkpoint, encoding="utf-8") as handle:
                 return json.load(handle)
@@ -115,7 +115,7 @@ def test_the_kubelet_pins_static_pods_where_kubecpu_predicts(kubelet_binary, lab
     uids = {}
     kubelet.start()
     try:
-        wait_for(lambda: kubelet.entries().get("policyName") == "static" or kubelet.proc.poll() is not None,
+        wait_for(lambda: kubelet.state().get("policyName") == "static" or kubelet.proc.poll() is not None,
                  START_TIMEOUT, "kubelet %s writing its checkpoint" % minor)
         assert kubelet.proc.poll() is None, kubelet.log()
         # one at a time: each admitted (its CPUs in the checkpoint) before the next comes; with several in the
@@ -129,14 +129,14 @@ def test_the_kubelet_pins_static_pods_where_kubecpu_predicts(kubelet_binary, lab
             kubecpu("allocate", "--topology", str(tmp_path / "topology.json"), "--state", predicted,
                     "--reserved-cpus", "0", "--kubelet-version", minor, "--pod", str(tmp_path / "pod.json"),
                     "--container", "app")
-            wait_for(lambda uid=uids[name]: uid in kubelet.entries().get("entries", {}) or kubelet.proc.poll(),
+            wait_for(lambda uid=uids[name]: uid in kubelet.state().get("entries", {}) or kubelet.proc.poll(),
                      START_TIMEOUT, "kubelet %s admitting %s" % (minor, name))
         with open(predicted, encoding="utf-8") as handle:
             want = json.load(handle)
         running = wait_for(lambda: _all_running(lab21, uids.values()) or kubelet.proc.poll() is not None,
                            START_TIMEOUT, "kubelet %s running its %d static pods" % (minor, len(PODS)))
         assert kubelet.proc.poll() is None, kubelet.log()
-        got = kubelet.entries()
+        got = kubelet.state()
         assert got["entries"] == want["entries"], (got, want)
         assert got == want  # the whole file, its checksums included: kubecpu writes what this kubelet writes
         for name, count in PODS:
