@@ -110,4 +110,3 @@ def test_kubecpu_s_isolation_and_crio_s_hooks_together_agree(tmp_path, crio, pod
                 assert after[int(key)] == cpus(original) or after[int(key)] != cpus(moved["wrote"][key]), key
     finally:
         plugin.stop()
-
