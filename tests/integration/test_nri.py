@@ -1,6 +1,7 @@
-"""bin/kubecpu nri against real runtimes: Debian 13's containerd 1.7.24 with NRI enabled, and 2.4.2 built from its
-module, where NRI is on by default (scripts/runtimes.sh); cgroup v1, cgroupfs driver. A container's command
-prints its Cpus_allowed_list before anything else, so its log's first line is what it saw from its first instruction.
+"""bin/kubecpu nri against real runtimes: Debian 13's containerd 1.7.24 with NRI enabled, Debian unstable's 2.1.9 and
+2.4.2 built from its module, where NRI is on by default, and CRI-O 1.36.3 (scripts/runtimes.sh); cgroup v1, cgroupfs
+driver. A container's command prints its Cpus_allowed_list before anything else, so its log's first line is what it
+saw from its first instruction.
 
 These machines have 2 CPUs: one reserved, CPU 1 is the only one that can become exclusive.
 """
@@ -17,7 +18,7 @@ import threading
 import time
 
 import pytest
-from runtimes import runtime_binaries, runtime_lab
+from runtimes import runtime_lab
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.waits import metric, until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -25,10 +26,10 @@ KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
 FIRST_LINE = ["/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status; exec sleep 100000"]
 
 
-@pytest.fixture(scope="module", params=["containerd 1.7.24", "containerd 2.4.2", "cri-o 1.36.3"])
+@pytest.fixture(scope="module", params=["containerd 1.7.24", "containerd 2.1.9", "containerd 2.4.2", "cri-o 1.36.3"])
 def nri_lab(request):
-    """containerd with NRI: 1.7 with it enabled; 2.4, where it is on by default, told only where its socket goes.
-    (Debian's 2.1.9 is left out: each runtime here costs the whole module again, and the suite's budget is spent.)"""
+    """A runtime with NRI: containerd 1.7 with it enabled; containerd 2 (Debian's 2.1.9, 2.4.2 built), where it is on
+    by default, told only where its socket goes; CRI-O with it enabled."""
     import lab as lab_module
 
     problems = lab_module.missing_requirements()
@@ -289,7 +290,8 @@ def test_the_agent_roles_nri_mode_changes_no_configuration_and_restarts_nothing(
     assert refused.returncode != 0 and "NRI disabled" in refused.stdout and "on by default" in refused.stdout
 
 
-STRICTEST_VALIDATOR = """[plugins."io.containerd.nri.v1.nri".default_validator]
+STRICTEST_VALIDATOR = {  # NRI's default validator (containerd 2.1.9 has none), every rejection on, kubecpu required
+    "containerd 2.4.2": """[plugins."io.containerd.nri.v1.nri".default_validator]
   enable = true
   reject_oci_hook_adjustment = true
   reject_runtime_default_seccomp_adjustment = true
@@ -298,17 +300,26 @@ STRICTEST_VALIDATOR = """[plugins."io.containerd.nri.v1.nri".default_validator]
   reject_namespace_adjustment = true
   reject_sysctl_adjustment = true
   required_plugins = ['kubecpu']
-"""
+""",
+    "cri-o 1.36.3": """[crio.nri.default_validator]
+nri_enable_default_validator = true
+nri_validator_reject_oci_hook_adjustment = true
+nri_validator_reject_runtime_default_seccomp_adjustment = true
+nri_validator_reject_unconfined_seccomp_adjustment = true
+nri_validator_reject_custom_seccomp_adjustment = true
+nri_validator_reject_namespace_adjustment = true
+nri_validator_required_plugins = ["kubecpu"]
+"""}
 
 
-def test_containerd_2_4s_default_validator_at_its_strictest_takes_what_the_plugin_does(tmp_path, bare_python):
-    """containerd 2.4.2's NRI default validator (containerd 2.1.9 has none) with every rejection on and kubecpu a
-    required plugin: the plugin's adjustments pass (a Guaranteed container on its CPU from its first instruction);
-    and with the plugin stopped, containerd refuses to create a container at all - NRI failing closed."""
-    import lab as lab_module
-
-    runtime = lab_module.Lab(str(tmp_path / "lab"), binaries=runtime_binaries("containerd 2.4.2"), nri=True)
-    runtime.config = runtime.config_text() + STRICTEST_VALIDATOR
+@pytest.mark.parametrize("name", sorted(STRICTEST_VALIDATOR))
+def test_the_default_validator_at_its_strictest_takes_what_the_plugin_does(name, tmp_path, bare_python):
+    """NRI's default validator with every rejection the runtime has on (CRI-O 1.36.3 has no sysctl rejection) and
+    kubecpu a required plugin: the plugin's adjustments pass (a Guaranteed container on its CPU from its first
+    instruction); and with the plugin stopped, the runtime refuses to create a container at all - NRI failing
+    closed."""
+    runtime = runtime_lab(name, str(tmp_path / "lab"), nri=True)
+    runtime.config = runtime.config_text() + STRICTEST_VALIDATOR[name]
     with runtime:
         plugin = Plugin(runtime, str(tmp_path), bare_python)
         plugin.start()

@@ -169,7 +169,7 @@ HOOK_TASKS = """---
 """
 
 
-def role_hook(tmp_path, fail_closed, python, check=False, binaries=""):
+def role_hook(tmp_path, fail_closed, python, check=False, binaries="", runtime_vars=None):
     """The role's hook tasks on this machine (containerd 1.6 from Debian; no restart: the test's containerd is not
     a service); the PLAY RECAP's changed count."""
     from test_modules import collections_path
@@ -187,7 +187,7 @@ def role_hook(tmp_path, fail_closed, python, check=False, binaries=""):
              "cpu_manager_agent_containerd_config": str(tmp_path / "config.toml"),
              "cpu_manager_agent_containerd_service": "", "ansible_python_interpreter": sys.executable,
              "cpu_manager_agent_containerd_binaries": binaries,
-             "cpu_manager_agent_hook_spec_path": str(tmp_path / "base-runtime-spec.json")}
+             "cpu_manager_agent_hook_spec_path": str(tmp_path / "base-runtime-spec.json"), **(runtime_vars or {})}
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_STDOUT_CALLBACK="default")
     argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
@@ -197,31 +197,53 @@ def role_hook(tmp_path, fail_closed, python, check=False, binaries=""):
     return int(re.search(r"changed=(\d+)", proc.stdout).group(1)), proc.stdout
 
 
-@pytest.mark.parametrize("runtime", ["containerd 1.6", "containerd 2.4.2"])
+@pytest.mark.parametrize("runtime", ["containerd 1.6", "containerd 1.7.24", "containerd 2.1.9", "containerd 2.4.2",
+                                     "cri-o 1.36.3"])
 def test_the_agent_roles_hook_tasks_install_verify_and_undo(runtime, tmp_path, bare_python):
+    """The role's tasks for cpu_manager_fail_closed on each runtime: check mode writes nothing, the hook goes in (for
+    containerd: verified by its config dump, taken at its restart; for CRI-O: its hooks.d file, watched, no restart)
+    and passes the probe container, a second run changes nothing, and taking it out leaves every file as it was."""
     import lab as lab_module
 
-    binaries = runtime_binaries(runtime)
-    if binaries:  # containerd 2: its default configuration, the operator's handler in an imported file
-        main, _lab, before = containerd2_files(tmp_path, binaries)
-    else:
-        main = tmp_path / "config.toml"
-        main.write_text(lab_module.CONFIG.format(dir=tmp_path / "unused", pause=lab_module.PAUSE_IMAGE,
-                                                 systemd="false", base_spec=""))
-        before = {main: main.read_text()}
+    binaries, runtime_vars = runtime_binaries(runtime), {}
+    if runtime.startswith("cri-o"):  # hooks.d: the directory's files are what the role changes
+        hooks = tmp_path / "hooks.d"
+        hooks.mkdir()
+        runtime_vars = {"cpu_manager_agent_hook_runtime": "crio", "cpu_manager_agent_crio_hooks_dir": str(hooks)}
+        before: dict = {}
 
-    def files():
-        return {path: path.read_text() for path in before}
+        def files():
+            return {path: path.read_text() for path in hooks.iterdir()}
+    else:
+        if runtime.startswith("containerd 2"):  # its default configuration, the operator's handler imported
+            main, _lab, before = containerd2_files(tmp_path, binaries)
+        else:  # 1.x: version 2, one file
+            main = tmp_path / "config.toml"
+            main.write_text(lab_module.CONFIG.format(dir=tmp_path / "unused", pause=lab_module.PAUSE_IMAGE,
+                                                     systemd="false", base_spec=""))
+            before = {main: main.read_text()}
+
+        def files():
+            return {path: path.read_text() for path in before}
+
+    def role(fail_closed, check=False):
+        return role_hook(tmp_path, fail_closed, bare_python, check=check, binaries=binaries,
+                         runtime_vars=runtime_vars)
 
     (tmp_path / "agent.json").write_text(json.dumps({"state": str(tmp_path / "state"), "reserved_cpus": "0"}))
-    changed, _out = role_hook(tmp_path, True, bare_python, check=True, binaries=binaries)
+    changed, _out = role(True, check=True)
     assert changed == 1 and files() == before  # check mode: nothing written
-    changed, out = role_hook(tmp_path, True, bare_python, binaries=binaries)
-    assert changed == 1 and "containerd takes it when it restarts" in out
-    assert "Run the hook's command line from the runtime's spec" in out  # and it passed the probe container
-    spec = json.loads((tmp_path / "base-runtime-spec.json").read_text())
-    assert spec["hooks"]["createRuntime"][0]["args"][:3] == [bare_python, "-I", "-S"]
-    assert role_hook(tmp_path, True, bare_python, binaries=binaries)[0] == 0  # idempotent
-    assert role_hook(tmp_path, False, bare_python, binaries=binaries)[0] == 1
+    changed, out = role(True)
+    assert changed == 1 and "Run the hook's command line from the runtime's spec" in out  # it passed the probe
+    if runtime.startswith("cri-o"):
+        installed = json.loads((tmp_path / "hooks.d" / "kubecpu.json").read_text())
+        assert installed["stages"] == ["createRuntime"] and installed["hook"]["args"][:3] == [bare_python, "-I", "-S"]
+        assert "containerd takes it when it restarts" not in out  # CRI-O watches the directory
+    else:
+        assert "containerd takes it when it restarts" in out
+        spec = json.loads((tmp_path / "base-runtime-spec.json").read_text())
+        assert spec["hooks"]["createRuntime"][0]["args"][:3] == [bare_python, "-I", "-S"]
+    assert role(True)[0] == 0  # idempotent
+    assert role(False)[0] == 1
     assert files() == before and not (tmp_path / "base-runtime-spec.json").exists()
-    assert role_hook(tmp_path, False, bare_python, binaries=binaries)[0] == 0
+    assert role(False)[0] == 0

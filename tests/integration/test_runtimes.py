@@ -1,5 +1,5 @@
-"""Every runtime beyond Debian 12's containerd 1.6 (scripts/runtimes.sh: containerd 1.7.24 and 2.1.9 from Debian, CRI-O 1.36.3,
-2.4.2 and crictl 1.37.0 built from the Go module proxy), for what the CRI backends do on it: ``bin/kubecpu
+"""Every runtime (Debian 12's containerd 1.6; scripts/runtimes.sh: containerd 1.7.24 and 2.1.9 from Debian, CRI-O
+1.36.3, 2.4.2 and crictl 1.37.0 built from the Go module proxy), for what the CRI backends do on it: ``bin/kubecpu
 reconcile`` over CRI (gRPC) and through a real crictl pins, shares and releases, ``state --rebuild`` rebuilds a
 lost state file from what crictl lists, the pod annotations kubecpu reads come through both, and the modules
 cpu_manager_reconcile and cpu_manager_allocate run through crictl. The recorded crictl samples stay as the unit
@@ -19,7 +19,8 @@ from test_modules import playbook
 CRICTL_PLAYBOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crictl.yml")
 
 
-@pytest.fixture(scope="module", params=["containerd 1.7.24", "containerd 2.1.9", "containerd 2.4.2", "cri-o 1.36.3"])
+@pytest.fixture(scope="module", params=["containerd 1.6", "containerd 1.7.24", "containerd 2.1.9", "containerd 2.4.2",
+                                        "cri-o 1.36.3"])
 def runtime_lab(request, tmp_path_factory):
     with runtimes.runtime_lab(request.param, str(tmp_path_factory.mktemp("runtime-lab"))) as lab:
         lab.name = request.param
