@@ -461,6 +461,8 @@ KUBELETS = ("1.35", "1.36", "1.37")
 # is live), so a cold build delays only the tests that need it.
 SHARED_BUILDS: Dict[str, List[Tuple[List[str], Dict[str, str]]]] = {
     "tests/guest/test_crio.py": [(["runtimes.sh", "cri-o"], {"crio": "cri-o/crio", "pinns": "cri-o/pinns"})],
+    "tests/guest/test_drivers.py": [(["runtimes.sh", "containerd-2.4"], {
+        name: "containerd-2.4/" + name for name in ("containerd", "containerd-shim-runc-v2", "ctr")})],
     "tests/guest/test_kubelet.py": [(["kubelet.sh", minor], {"kubelet": "kubelet/kubelet-%s" % minor})
                                     for minor in KUBELETS],
 }

@@ -75,6 +75,8 @@ LAB_MESSAGES = {
     "CreateContainerResponse": _CONTAINER_ID,
     "StartContainerRequest": _CONTAINER_ID, "RemoveContainerRequest": _CONTAINER_ID,
     "StopContainerRequest": [("container_id", 1, "string"), ("timeout", 2, "int64")],
+    "ImageStatusRequest": [("image", 1, "ImageSpec")], "Image": [("id", 1, "string")],
+    "ImageStatusResponse": [("image", 1, "Image")],
 }
 LAB_ENUMS = {"NamespaceMode": ["POD", "CONTAINER", "NODE", "TARGET"],
              "PodSandboxState": ["SANDBOX_READY", "SANDBOX_NOTREADY"]}
@@ -127,6 +129,14 @@ class LabCRI(cri_grpc.CRIRuntime):
                       target=sandbox_id)
         self.call("RemovePodSandbox", self.lab.RemovePodSandboxRequest(pod_sandbox_id=sandbox_id), self.lab.Empty,
                   target=sandbox_id)
+
+    def image_id(self, tag: str) -> str:
+        """The ID the runtime gives the image ``tag`` (what the kubelet puts in CreateContainer): its ImageService."""
+        reply = self.call("ImageStatus", self.lab.ImageStatusRequest(image=self.lab.ImageSpec(image=tag)),
+                          self.lab.ImageStatusResponse, target=tag, service="/runtime.v1.ImageService/")
+        if not reply.image.id:
+            raise RuntimeError("image %s not imported" % tag)
+        return str(reply.image.id)
 
     def list_pods(self) -> List[LabPod]:
         reply = self.call("ListPodSandbox", self.lab.ListPodSandboxRequest(), self.lab.ListPodSandboxResponse)
@@ -346,7 +356,12 @@ class Lab:
             subprocess.run(["ctr", "-a", self.socket, "-n", "k8s.io", "images", "import", path], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=self.env)
         self.cri = LabCRI(self.endpoint, timeout=self.cri_timeout)
-        self.image_id = self._image_id(BUSYBOX_IMAGE)
+
+    @functools.cached_property
+    def image_id(self) -> str:
+        """The busybox image's ID, asked of the runtime when the first container is made (a ``lab.py`` call that
+        makes none asks nothing)."""
+        return self.cri.image_id(BUSYBOX_IMAGE)
 
     def daemon_argv(self) -> List[str]:
         return ["containerd", "--config", self.config_path]
@@ -391,7 +406,6 @@ class Lab:
     def attach(self) -> Lab:
         """This directory's running containerd (``lab.py start``), for another process's calls."""
         self.cri = LabCRI(self.endpoint, timeout=self.cri_timeout)
-        self.image_id = self._image_id(BUSYBOX_IMAGE)
         return self
 
     def detach(self) -> None:
@@ -399,17 +413,6 @@ class Lab:
         if self.cri is not None:
             self.cri.close()
         self.proc, self.pods = None, []
-
-    def _image_id(self, tag: str) -> str:
-        out = subprocess.run(["ctr", "-a", self.socket, "-n", "k8s.io", "images", "ls"], check=True,
-                             capture_output=True, text=True, env=self.env).stdout
-        for line in out.splitlines():
-            if line.startswith(tag + " "):
-                digest = line.split()[2]
-                config = subprocess.run(["ctr", "-a", self.socket, "-n", "k8s.io", "content", "get", digest],
-                                        check=True, capture_output=True, text=True, env=self.env).stdout
-                return str(json.loads(config)["config"]["digest"])
-        raise RuntimeError("image %s not imported" % tag)
 
     # --- kubelet-like pods --------------------------------------------------------------------------------
     def run_pod(self, name: str, qos: str, containers: List[Dict[str, Any]], *, namespace: str = "lab",
@@ -627,8 +630,6 @@ class CrioLab(Lab):
         for path in self.image_files():
             subprocess.run(storage + ["load", "-q", "-i", path], check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE)
-        self.image_id = subprocess.run(storage + ["image", "inspect", "--format", "{{.Id}}", BUSYBOX_IMAGE],
-                                       check=True, capture_output=True, text=True).stdout.strip()
         self.start_daemon()
         self.cri = LabCRI(self.endpoint, timeout=self.cri_timeout)
 

@@ -1,6 +1,5 @@
-"""Live defragmentation on the real server, on containerd 2.1.9 and on CRI-O 1.36.3 (each with the systemd cgroup
-driver): every move seen in /proc, the state and the cgroups agreeing, a whole-core request refused before and
-admitted after.
+"""Live defragmentation on the real server, on containerd 2.1.9, 1.7.24 and 2.4.2 and on CRI-O 1.36.3: every move
+seen in /proc, the state and the cgroups agreeing, a whole-core request refused before and admitted after.
 
 Machine: CPUs 2n and 2n+1 are one core; NUMA node 0 = CPUs 0-3, node 1 = CPUs 4-7."""
 
@@ -17,9 +16,9 @@ def free_cpus(state):
         return cpus(json.load(handle)["defaultCpuSet"])
 
 
-@pytest.fixture(params=["lab21", "crio"])
+@pytest.fixture(params=["lab21", "lab17", "lab24", "crio"])
 def runtime(request):
-    """containerd 2.1.9 or CRI-O 1.36.3, each with the systemd cgroup driver."""
+    """containerd 2.1.9 (systemd driver), 1.7.24 (cgroupfs), 2.4.2 (systemd) or CRI-O 1.36.3 (systemd)."""
     return request.getfixturevalue(request.param)
 
 
@@ -27,7 +26,7 @@ def test_live_defragmentation_frees_whole_cores_that_a_request_then_gets(runtime
     """Four 1-CPU pods fill CPUs 4-7 (cores 0-1 reserved); the two on CPUs 5 and 6 removed leave a free CPU on each of
     cores 4-5 and 6-7: no whole core is free and a 2-CPU full-pcpus-only request is refused. ``bin/kubecpu defrag`` moves pinned containers
     live until whole cores are free; every move shows in /proc and cgroupfs and the state agrees; then the request
-    is admitted. On containerd 2.1.9 and on CRI-O (its CRI's UpdateContainerResources moves them)."""
+    is admitted. On each runtime its CRI's UpdateContainerResources moves them."""
     state = str(tmp_path / "state")
     flags = node_flags(runtime, state) + ["--reserved-cpus", "0-3"]
     pods = []

@@ -1,19 +1,42 @@
-"""The cgroup driver each lab asked for, on the real server (cgroup v2): containerd 2.1.9 with the systemd and the
-cgroupfs driver, 1.7.24 with cgroupfs. In the guest stage's roles group, beside tests/guest/test_housekeeping.py
-(the node group is the longer one)."""
+"""The cgroup driver each lab asked for, on the real server (cgroup v2): every runtime with the systemd and the cgroupfs
+driver (containerd 2.1.9, 1.7.24 and 2.4.2, CRI-O 1.36.3). In the guest stage's roles group; the labs only this
+module uses live as long as it runs.
+
+Debian 12's containerd 1.6 (the image's) with the systemd driver is the agent role's, in tests/guest_host."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-from conftest import guaranteed, kubecpu, settle
+from conftest import NRI_BINARIES, containerd_24, crio_lab, guaranteed, kubecpu, make_lab, settle
 
 
-@pytest.mark.parametrize("lab_name", ["lab21", "lab17", "lab21_cgroupfs"])
+@pytest.fixture(scope="module")
+def lab17_systemd():
+    with make_lab("systemd", NRI_BINARIES, nri=True) as lab:
+        lab.driver = "systemd"
+        yield lab
+
+
+@pytest.fixture(scope="module")
+def lab24_cgroupfs():
+    with make_lab("cgroupfs", containerd_24()) as lab:
+        lab.driver = "cgroupfs"
+        yield lab
+
+
+@pytest.fixture(scope="module")
+def crio_cgroupfs():
+    with crio_lab(systemd=False) as lab:
+        yield lab
+
+
+@pytest.mark.parametrize("lab_name", ["lab21", "lab21_cgroupfs", "lab17_systemd", "lab17", "lab24", "lab24_cgroupfs",
+                                      "crio", "crio_cgroupfs"])
 def test_the_cgroup_driver_is_the_one_asked_for(request, lab_name, tmp_path):
     """systemd: pods under kubepods.slice (kubepods-pod<uid>.slice, the container a scope); cgroupfs: /kubepods. One
-    reconcile pass over CRI pins the Guaranteed container there (containerd 2.1.9 with cgroupfs: only here)."""
+    reconcile pass over CRI pins the Guaranteed container there."""
     lab = request.getfixturevalue(lab_name)
     pod = lab.run_pod("where", "Guaranteed", guaranteed(1))
     try:

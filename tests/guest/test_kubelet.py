@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import ROOT, cpus, kubecpu, lab_module, settle, shared_build, wait_for
+from conftest import ROOT, cpus, kubecpu, lab_module, local_copy, settle, shared_build, wait_for
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import discover_sysfs
@@ -88,7 +88,7 @@ class Kubelet:
 
 @pytest.fixture(params=sorted(RELEASES))
 def kubelet_binary(request):
-    return request.param, shared_build(os.path.join(KUBELETS, "kubelet-%s" % request.param))
+    return request.param, local_copy(shared_build(os.path.join(KUBELETS, "kubelet-%s" % request.param)))
 
 
 def _all_running(lab, uids):

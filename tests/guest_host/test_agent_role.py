@@ -114,7 +114,9 @@ def test_the_agent_role_then_in_mode_nri(guest, lab16, tmp_path):
     containerd 1.6 start unhooked, and a Guaranteed container on containerd 1.7 has its CPUs in the state at its
     creation."""
     config = "%s/config.toml" % lab16
-    lab(guest, "start", NRI_LAB, "--nri", "%s/.cache/containerd-nri/usr/bin" % REMOTE, "--slow")
+    binaries = "/var/tmp/containerd-nri"  # on the guest's disk: the share is read again at each run of the shim
+    guest.ssh(["cp", "-a", "%s/.cache/containerd-nri/usr/bin" % REMOTE, binaries])
+    lab(guest, "start", NRI_LAB, "--nri", binaries, "--slow")
     try:
         nri_vars = dict(hook_vars(lab16), cpu_manager_agent_mode="nri",
                         cpu_manager_agent_nri_socket="%s/nri.sock" % NRI_LAB,
