@@ -401,15 +401,15 @@ class Guest:
 # The guest stage of scripts/test.sh: groups of tests, a fresh guest each, side by side (each guest emulates on one
 # host core). "guest": pytest inside the guest; "host": pytest here against that guest (KUBECPU_GUEST names it).
 # The two groups are balanced by their measured minutes (scripts/test.sh's table shows each part): the node group
-# pins (discovery, pinning, operations), runs the real kubelets beside kubecpu's predictions and then the kubelet
-# role's three rollouts; the roles group keeps interrupts and daemons off exclusive CPUs (housekeeping), runs both
-# cgroup drivers, live defragmentation and CRI-O, and then the agent role's four runs.
+# pins (discovery, pinning), runs the real kubelets (beside kubecpu's predictions, its refusals, a corrupt checkpoint
+# and its rebuild) and then the kubelet role's three rollouts; the roles group keeps interrupts and daemons off
+# exclusive CPUs (housekeeping), runs both cgroup drivers on every runtime, live defragmentation, resize and rebuild
+# (operations) and CRI-O, and then the agent role's four runs.
 GROUPS: Dict[str, Dict[str, List[str]]] = {
-    "node": {"guest": ["tests/guest/test_discovery.py", "tests/guest/test_pinning.py",
-                       "tests/guest/test_operations.py", "tests/guest/test_kubelet.py"],
+    "node": {"guest": ["tests/guest/test_discovery.py", "tests/guest/test_pinning.py", "tests/guest/test_kubelet.py"],
              "host": ["tests/guest_host/test_kubelet_role.py"]},
     "roles": {"guest": ["tests/guest/test_housekeeping.py", "tests/guest/test_drivers.py",
-                        "tests/guest/test_defrag.py", "tests/guest/test_crio.py"],
+                        "tests/guest/test_defrag.py", "tests/guest/test_operations.py", "tests/guest/test_crio.py"],
               "host": ["tests/guest_host/test_agent_role.py"]},
 }
 
@@ -430,8 +430,9 @@ def stage(output: str, timeout: float, groups: Sequence[str], ready: Optional[st
         if got.returncode != 0:
             print("guest: %s could not be had for the guest:\n%s" % (runtime, got.stderr[-2000:]), file=sys.stderr)
             return 3
-    builds = {test: threading.Thread(target=_share, args=(output, test), name=test) for test in SHARED_BUILDS
-              if any(test in GROUPS[name]["guest"] for name in groups)}
+    builds = {build: threading.Thread(target=_share, args=(output, build), name=build)
+              for build, (_steps, tests) in SHARED_BUILDS.items()
+              if any(test in GROUPS[name]["guest"] for name in groups for test in tests)}
     for build_thread in builds.values():
         build_thread.start()
     results: Dict[str, Tuple[int, float]] = {}
@@ -455,34 +456,37 @@ def stage(output: str, timeout: float, groups: Sequence[str], ready: Optional[st
 
 _TIMINGS_LOCK = threading.Lock()
 KUBELETS = ("1.35", "1.36", "1.37")
-# What a guest test runs that the host builds (once per machine, outside the clone): its test file -> the builds it
-# needs, each the command that prints where its binaries are and {binary: its path in the checkout's .cache}, where
-# the guest sees it. Built in the background while the guests boot and run; the test waits for its files (the share
-# is live), so a cold build delays only the tests that need it.
-SHARED_BUILDS: Dict[str, List[Tuple[List[str], Dict[str, str]]]] = {
-    "tests/guest/test_crio.py": [(["runtimes.sh", "cri-o"], {"crio": "cri-o/crio", "pinns": "cri-o/pinns"})],
-    "tests/guest/test_drivers.py": [(["runtimes.sh", "containerd-2.4"], {
-        name: "containerd-2.4/" + name for name in ("containerd", "containerd-shim-runc-v2", "ctr")})],
-    "tests/guest/test_kubelet.py": [(["kubelet.sh", minor], {"kubelet": "kubelet/kubelet-%s" % minor})
-                                    for minor in KUBELETS],
+# What guest tests run that the host builds (once per machine, outside the clone): name -> (its builds, one after
+# another, each the command that prints where its binaries are and {binary: its path in the checkout's .cache}, where
+# the guest sees it; the test files that wait for them). Built in the background while the guests boot and run; a
+# test waits for its files (the share is live), so a cold build delays only the tests that need it.
+_CONTAINERD_24 = {name: "containerd-2.4/" + name for name in ("containerd", "containerd-shim-runc-v2", "ctr")}
+SHARED_BUILDS: Dict[str, Tuple[List[Tuple[List[str], Dict[str, str]]], Tuple[str, ...]]] = {
+    "cri-o": ([(["runtimes.sh", "cri-o"], {"crio": "cri-o/crio", "pinns": "cri-o/pinns"})],
+              ("tests/guest/test_crio.py", "tests/guest/test_drivers.py", "tests/guest/test_defrag.py")),
+    "containerd-2.4": ([(["runtimes.sh", "containerd-2.4"], _CONTAINERD_24)],
+                       ("tests/guest/test_drivers.py", "tests/guest/test_defrag.py")),
+    "kubelets": ([(["kubelet.sh", minor], {"kubelet": "kubelet/kubelet-%s" % minor}) for minor in KUBELETS],
+                 ("tests/guest/test_kubelet.py",)),
 }
 
 
-def _share(output: str, test: str) -> None:
-    """``test``'s builds (SHARED_BUILDS) copied into the checkout; for one that fails, ``<file>.failed`` says why."""
-    for argv, files in SHARED_BUILDS[test]:
+def _share(output: str, name: str) -> None:
+    """The builds of ``name`` (SHARED_BUILDS) copied into the checkout; for one that fails, ``<file>.failed`` says
+    why."""
+    for argv, files in SHARED_BUILDS[name][0]:
         started = time.monotonic()
         got = subprocess.run(["bash", os.path.join(ROOT, "scripts", argv[0]), *argv[1:]], capture_output=True,
                              text=True, check=False)
         built = got.stdout.strip().splitlines()[-1] if got.returncode == 0 else ""
-        for name, where in files.items():
+        for binary, where in files.items():
             target = os.path.join(ROOT, ".cache", where)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             if not built:  # the test waiting for the file stops at once with why
                 with open(target + ".failed", "w", encoding="utf-8") as handle:
                     handle.write("%s failed:\n%s" % (" ".join(argv), got.stderr[-2000:]))
                 continue
-            shutil.copy2(os.path.join(built, name), target + ".tmp")
+            shutil.copy2(os.path.join(built, binary), target + ".tmp")
             os.replace(target + ".tmp", target)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(target + ".failed")

@@ -1,5 +1,5 @@
 """CRI-O 1.36.3 on the real server (cgroup v2, the systemd cgroup driver, NRI on; live defragmentation over its CRI
-is in test_operations.py): kubecpu's NRI plugin pins at the first instruction, and CRI-O's own high-performance hooks
+is in test_defrag.py): kubecpu's NRI plugin pins at the first instruction, and CRI-O's own high-performance hooks
 for interrupts (``irq-load-balancing.crio.io: disable`` on a pod whose RuntimeClass's handler allows it) meet kubecpu's interrupt
 isolation (docs/HOUSEKEEPING.md, "Beside CRI-O's high-performance hooks"). irqbalance is installed and not running,
 as CRI-O finds it on most nodes: CRI-O then runs ``irqbalance --oneshot`` with the CPUs it bans (``systemctl

@@ -4,7 +4,9 @@ server) on containerd 2.1.9 with the systemd cgroup driver, its images local. Th
 kubelet role's planning makes of a base configuration (``plan_change``, the core of the cpu_manager_kubelet_config
 module that the role writes out). Guaranteed static pods, several running at once; the kubelet's checkpoint, and each
 container's cgroup and first process, are what ``bin/kubecpu allocate`` predicts for the same node, the same order
-and the same kubelet version.
+and the same kubelet version. The kubelet runs what the planning wrote (its /configz says so), refuses what the
+planning refuses in the same words, and refuses a corrupt checkpoint in the words of ``bin/kubecpu state``; after
+``state --rebuild --kubelet-stopped`` it starts again and every pod keeps its CPUs.
 
 Machine: CPUs 2n and 2n+1 are one core; NUMA node 0 = CPUs 0-3, node 1 = CPUs 4-7."""
 
@@ -13,12 +15,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
+import time
+import urllib.request
 
 import pytest
 import yaml
 from conftest import ROOT, cpus, kubecpu, lab_module, local_copy, settle, shared_build, wait_for
 
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import discover_sysfs
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import Desired, plan_change
@@ -26,9 +32,10 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kub
 KUBELETS = os.path.join(ROOT, ".cache", "kubelet")  # kubelet-1.35, -1.36, -1.37 (scripts/guest.py shares them in)
 RELEASES = {"1.35": "1.35.4", "1.36": "1.36.3", "1.37": "1.37.2"}
 # A node's own settings, the role's input: the role changes only the CPU manager's keys. No API server (no
-# kubeconfig: standalone), no server of its own, nothing evicted or collected on the guest's small disk and memory.
+# kubeconfig: standalone); its server on (a self-signed certificate, anyone allowed) for /configz only; nothing
+# evicted or collected on the guest's small disk and memory.
 BASE = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", "cgroupDriver": "systemd",
-        "failSwapOn": False, "enableServer": False, "readOnlyPort": 0,
+        "failSwapOn": False, "enableServer": True, "readOnlyPort": 0,
         "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
         "authorization": {"mode": "AlwaysAllow"}, "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99, "evictionHard": {"memory.available": "1Mi"}}
@@ -53,12 +60,51 @@ class Kubelet:
         with open(self.config_path, "w", encoding="utf-8") as handle:  # as the role writes it (to_nice_yaml)
             yaml.safe_dump(dict(config, staticPodPath=self.manifests, podLogsDir=os.path.join(directory, "logs")),
                            handle, indent=2, sort_keys=False, default_flow_style=False)
-        self.proc = None
+        self.proc, self.offset = None, 0
 
     def start(self):
         with open(os.path.join(self.dir, "kubelet.log"), "ab") as log:
+            self.offset = log.tell()  # this start's output begins here
             self.proc = subprocess.Popen([self.binary, "--config", self.config_path, "--root-dir", self.root,
-                                          "--v=2"], stdout=log, stderr=log, start_new_session=True)
+                                          "--cert-dir", os.path.join(self.dir, "pki"), "--v=2"],
+                                         stdout=log, stderr=log, start_new_session=True)
+
+    def healthy(self):
+        """Its health endpoint answers ok (the container manager, the CPU manager with it, has started)."""
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:10248/healthz", timeout=5) as reply:
+                return reply.read() == b"ok"
+        except OSError:
+            return False
+
+    def up(self, minor):
+        """Started and healthy (fails with its log when it exits instead)."""
+        wait_for(lambda: self.proc.poll() is not None or self.healthy(), START_TIMEOUT, "kubelet %s healthy" % minor)
+        assert self.proc.poll() is None, self.log()
+
+    def refused(self, minor):
+        """It exits at its start; what it logged on this start."""
+        wait_for(lambda: self.proc.poll() is not None, START_TIMEOUT, "kubelet %s refusing to start" % minor)
+        assert self.proc.returncode != 0
+        with open(os.path.join(self.dir, "kubelet.log"), encoding="utf-8", errors="replace") as handle:
+            handle.seek(self.offset)
+            return handle.read()
+
+    def configz(self):
+        """The configuration it runs, as it reports it (/configz on its server, which may listen a little after its
+        health endpoint answers)."""
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # its own self-signed certificate
+
+        def ask():
+            try:
+                with urllib.request.urlopen("https://127.0.0.1:10250/configz", timeout=30, context=context) as reply:
+                    return json.loads(reply.read())["kubeletconfig"]
+            except OSError:
+                return None
+        reported = wait_for(lambda: ask() or self.proc.poll() is not None, START_TIMEOUT, "its /configz")
+        assert reported is not True, self.log()  # it exited instead
+        return reported
 
     def state(self):
         try:
@@ -76,9 +122,9 @@ class Kubelet:
             yaml.safe_dump(pod, handle)
         return pod["metadata"]["uid"]
 
-    def log(self):
+    def log(self, size=4000):
         with open(os.path.join(self.dir, "kubelet.log"), encoding="utf-8", errors="replace") as handle:
-            return handle.read()[-4000:]
+            return handle.read()[-size:]
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:
@@ -89,6 +135,24 @@ class Kubelet:
 @pytest.fixture(params=sorted(RELEASES))
 def kubelet_binary(request):
     return request.param, local_copy(shared_build(os.path.join(KUBELETS, "kubelet-%s" % request.param)))
+
+
+def _planned(desired, minor, tmp_path, lab):
+    """The kubelet's configuration as the kubelet role plans ``desired`` for this node and kubelet version."""
+    change = plan_change(BASE, desired, discover_sysfs("/"), RELEASES[minor], state=None,
+                         state_path=str(tmp_path / "root" / "cpu_manager_state"))
+    return change, dict(change.config, containerRuntimeEndpoint=lab.endpoint)
+
+
+def _remove_static_pods(lab):
+    for item in lab.cri.list_pods():  # what the kubelet left running: removed as the kubelet would
+        if item.namespace == "default":
+            lab.cri.remove_pod_sandbox(item.id)
+
+
+def said_in(text, log):
+    """``text`` in the kubelet's log: as it is, or inside a quoted value of a structured line (err="...")."""
+    return text in log or text.replace("\\", "\\\\").replace('"', '\\"') in log
 
 
 def _all_running(lab, uids):
@@ -103,10 +167,7 @@ def test_the_kubelet_pins_static_pods_where_kubecpu_predicts(kubelet_binary, lab
     state after the same allocations in the same order, field for field (its format and checksums are this kubelet
     version's), and each container runs on its CPUs."""
     minor, binary = kubelet_binary
-    topology = discover_sysfs("/")
-    change = plan_change(BASE, Desired(policy="static", reserved_cpus=CPUSet.parse("0")), topology, RELEASES[minor],
-                         state=None, state_path=str(tmp_path / "root" / "cpu_manager_state"))
-    config = dict(change.config, containerRuntimeEndpoint=lab21.endpoint)
+    _change, config = _planned(Desired(policy="static", reserved_cpus=CPUSet.parse("0")), minor, tmp_path, lab21)
     assert config["cpuManagerPolicy"] == "static" and config["reservedSystemCPUs"] == "0"
     kubelet = Kubelet(binary, str(tmp_path), config)
     predicted = str(tmp_path / "kubecpu-state")
@@ -147,6 +208,104 @@ def test_the_kubelet_pins_static_pods_where_kubecpu_predicts(kubelet_binary, lab
                 want["entries"][uids[name]]["app"]))
     finally:
         kubelet.stop()
-        for item in lab21.cri.list_pods():  # what the kubelet left running: removed as the kubelet would
-            if item.namespace == "default":
-                lab21.cri.remove_pod_sandbox(item.id)
+        _remove_static_pods(lab21)
+
+
+RECONCILE = 5  # seconds: PLANNED's cpuManagerReconcilePeriod
+PLANNED = Desired(policy="static", reserved_cpus=CPUSet.parse("0"), reconcile_period="%ds" % RECONCILE,
+                  policy_options={"full-pcpus-only": "true", "distribute-cpus-across-numa": "true"},
+                  topology_manager_policy="restricted", topology_manager_scope="pod")
+REPORTED = ("cpuManagerPolicy", "cpuManagerPolicyOptions", "reservedSystemCPUs", "cpuManagerReconcilePeriod",
+            "topologyManagerPolicy", "topologyManagerScope")
+
+
+ZERO = CPUSet.parse("0")
+REFUSED = (  # what the role is asked for; the same keys written straight into the kubelet's configuration
+    ("the none policy with an option", Desired(policy="none", policy_options={"full-pcpus-only": "true"}),
+     {"cpuManagerPolicy": "none", "cpuManagerPolicyOptions": {"full-pcpus-only": "true"}}),
+    ("the static policy with nothing reserved", Desired(policy="static"), {"cpuManagerPolicy": "static"}),
+    ("reserved CPUs the node does not have", Desired(policy="static", reserved_cpus=CPUSet.parse("0,9")),
+     {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0,9"}),
+    ("an option no kubelet knows", Desired(policy="static", reserved_cpus=ZERO, policy_options={"bogus": "true"}),
+     {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0", "cpuManagerPolicyOptions": {"bogus": "true"}}),
+    ("a Topology Manager policy no kubelet knows", Desired(policy="static", reserved_cpus=ZERO,
+                                                           topology_manager_policy="bogus"),
+     {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0", "topologyManagerPolicy": "bogus"}),
+)
+ROLE_ADVICE = " (set reserved_cpus or num_reserved)"  # what the role adds after the kubelet's words
+
+
+def test_what_the_kubelet_refuses_the_role_refuses_first_in_its_words(kubelet_binary, lab21, tmp_path):
+    """Each configuration the kubelet refuses at its start, planned by the role first: the role refuses it, and its
+    reason (less the role's advice on what to set) is the kubelet's, word for word."""
+    minor, binary = kubelet_binary
+    for n, (what, desired, keys) in enumerate(REFUSED):
+        with pytest.raises(ConfigError) as planned:
+            _planned(desired, minor, tmp_path, lab21)
+        reason = str(planned.value)
+        reason = reason[:-len(ROLE_ADVICE)] if reason.endswith(ROLE_ADVICE) else reason
+        kubelet = Kubelet(binary, str(tmp_path / str(n)), dict(BASE, containerRuntimeEndpoint=lab21.endpoint, **keys))
+        kubelet.start()
+        try:
+            log = kubelet.refused(minor)
+        finally:
+            kubelet.stop()
+        assert said_in(reason, log), "%s: the role says %r; kubelet %s said:\n%s" % (what, reason, minor, log[-3000:])
+        print("kubelet %s, %s: %s" % (RELEASES[minor], what, reason))
+
+
+def test_on_the_planned_configuration_a_corrupt_checkpoint_is_refused_as_kubecpu_says_and_a_rebuild_keeps_pods(
+        kubelet_binary, lab21, tmp_path):
+    """The kubelet starts on the configuration the role plans (policy, options, reservation, reconcile period, the
+    Topology Manager's policy and scope): its /configz reports each as written. Two static pods of 2 CPUs run; the
+    kubelet stops and its checkpoint's checksums are broken. ``bin/kubecpu state`` refuses the file in the words the
+    kubelet then refuses to start with. ``state --rebuild --kubelet-stopped`` rebuilds it from what runs; the kubelet
+    starts on it, and after two of its reconcile periods every pod runs the same container on the same CPUs."""
+    minor, binary = kubelet_binary
+    change, config = _planned(PLANNED, minor, tmp_path, lab21)
+    kubelet = Kubelet(binary, str(tmp_path), config)
+    (tmp_path / "topology.json").write_text(json.dumps(kubecpu("topology")))
+    node = ["--topology", str(tmp_path / "topology.json"), "--state", kubelet.checkpoint, "--reserved-cpus", "0",
+            "--kubelet-version", minor, "--option", "full-pcpus-only", "--option", "distribute-cpus-across-numa"]
+    kubelet.start()
+    try:
+        kubelet.up(minor)
+        running = kubelet.configz()
+        assert {key: running.get(key) for key in REPORTED} == {key: change.config.get(key) for key in REPORTED}
+        for gate, on in (change.config.get("featureGates") or {}).items():
+            assert running["featureGates"][gate] == on
+        print("kubelet %s /configz: %s" % (RELEASES[minor], {key: running.get(key) for key in REPORTED}))
+        kubelet.up(minor)
+        uids = [kubelet.add(name, 2, order) for order, name in enumerate(("two", "pair"))]
+        running = wait_for(lambda: _all_running(lab21, uids) or kubelet.proc.poll() is not None, START_TIMEOUT,
+                           "kubelet %s running its static pods" % minor)
+        assert kubelet.proc.poll() is None, kubelet.log()
+        kubelet.stop()
+        kept = kubelet.state()
+        assert set(kept["entries"]) == set(uids)
+        broken = dict(kept, checksum=kept["checksum"] + 1)
+        if "dataChecksum" in kept:  # 1.37's V4: its data's checksum too
+            broken["dataChecksum"] = kept["dataChecksum"] + 1
+        with open(kubelet.checkpoint, "w", encoding="utf-8") as handle:
+            json.dump(broken, handle, separators=(",", ":"))
+        said = kubecpu("state", *node, check=False)
+        assert said.returncode != 0 and said.stderr.strip()
+        kubelet.start()
+        assert said_in(said.stderr.strip(), kubelet.refused(minor)), said.stderr
+        print("kubelet %s and kubecpu refuse it: %s" % (RELEASES[minor], said.stderr.strip()))
+
+        kubecpu("state", "--rebuild", "--kubelet-stopped", *node, "--runtime", "cri", "--runtime-endpoint",
+                lab21.endpoint, "--runtime-timeout", "30")
+        kubelet.start()
+        kubelet.up(minor)
+        began = time.monotonic()
+        time.sleep(2 * RECONCILE + 1)  # the observation the test is about: two of its reconcile periods pass
+        assert time.monotonic() - began > 2 * RECONCILE and kubelet.proc.poll() is None, kubelet.log()
+        got = kubelet.state()
+        assert (got["entries"], got["defaultCpuSet"]) == (kept["entries"], kept["defaultCpuSet"])
+        assert _all_running(lab21, uids) == running  # the same containers: none restarted
+        for uid in uids:
+            settle(lab21, {"name": uid, "containers": {"app": running[uid]}}, cpus(kept["entries"][uid]["app"]))
+    finally:
+        kubelet.stop()
+        _remove_static_pods(lab21)

@@ -12,7 +12,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
 from .options import (ALIGN_BY_SOCKET, DISTRIBUTE_CPUS_ACROSS_CORES, DISTRIBUTE_CPUS_ACROSS_NUMA, FULL_PCPUS_ONLY,
-                      PREFER_ALIGN_CPUS_BY_UNCORECACHE, STRICT_CPU_RESERVATION, parse_bool)
+                      PREFER_ALIGN_CPUS_BY_UNCORECACHE, STRICT_CPU_RESERVATION, go_quote, parse_bool)
 from .topology_manager import MAX_ALLOWABLE, POLICIES, PREFER_CLOSEST, SCOPES
 
 OLDEST, NEWEST = 22, 36
@@ -148,12 +148,12 @@ def _known_since(name: str, minor: int) -> str:
 def topology_gates(policy: str, scope: str, options: Mapping[str, str], *, minor: int, num_numa: int,
                    gates: Mapping[str, Any]) -> Dict[str, bool]:
     """Validate the Topology Manager settings for kubelet 1.<minor>; the gates its options need."""
-    if policy not in POLICIES:
-        raise ConfigError('unsupported topologyManagerPolicy "%s" (expected one of %s)'
-                          % (policy, ", ".join(POLICIES)))
+    if policy not in POLICIES:  # the kubelet's configuration validation, word for word (Go's %q of a []string)
+        raise ConfigError('invalid configuration: topologyManagerPolicy (--topology-manager-policy) %s must be one '
+                          'of: [%s]' % (go_quote(policy), " ".join(go_quote(name) for name in POLICIES)))
     if scope not in SCOPES:
-        raise ConfigError('unsupported topologyManagerScope "%s" (expected one of %s)'
-                          % (scope, ", ".join(SCOPES)))
+        raise ConfigError('invalid configuration: topologyManagerScope (--topology-manager-scope) %s must be one of: '
+                          '%s, or %s' % (go_quote(scope), go_quote(SCOPES[0]), go_quote(SCOPES[1])))
     needed: Dict[str, bool] = {}
     max_numa = 8
     for name in sorted(options):

@@ -84,6 +84,25 @@ def option_strings(raw: Any, what: str = "policy_options") -> Dict[str, str]:
     return out
 
 
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v",
+               "\\": "\\\\", '"': '\\"'}
+
+
+def go_quote(text: str) -> str:
+    """Go's ``%q`` of a string (strconv.Quote), as the kubelet's messages quote a value: printable characters as
+    they are, the rest escaped."""
+    out = []
+    for char in text:
+        if char in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[char])
+        elif char.isprintable():
+            out.append(char)
+        else:
+            code = ord(char)
+            out.append(("\\x%02x" if code < 0x80 else "\\u%04x" if code < 0x10000 else "\\U%08x") % code)
+    return '"%s"' % "".join(out)
+
+
 def go_map_repr(raw: Mapping[str, str]) -> str:
     """fmt's rendering of a map[string]string: keys sorted, ``map[k:v k2:v2]``."""
     return "map[%s]" % " ".join("%s:%s" % (k, raw[k]) for k in sorted(raw))

@@ -19,9 +19,11 @@ from .pod import Pod
 from .state import CPUState
 from .topology import Topology
 
-# cpu_manager.go's refusal of the static policy without a node-allocatable CPU reservation (ALGORITHM.md section 3)
+# cpu_manager.go's refusals of the static policy (ALGORITHM.md section 3): a node-allocatable CPU reservation of zero,
+# and none at all (neither kubeReserved nor systemReserved names cpu, and no reservedSystemCPUs)
 ZERO_RESERVATION = ("[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than "
                     "zero")
+NO_RESERVATION = "[cpumanager] unable to determine reserved CPU resources for static policy"
 
 STATIC = "static"
 NONE = "none"

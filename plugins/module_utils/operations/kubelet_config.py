@@ -23,7 +23,7 @@ from ..kubelet.cpuset import CPUSet
 from ..kubelet.feature_gates import NEWEST, check_existing_gates, cpu_gates, parse_version, topology_gates
 from ..kubelet.kubelet_versions import DEFAULT, KubeletVersion, clamped
 from ..kubelet.options import PolicyOptions, go_map_repr, option_strings, parse_options, validate_for_machine
-from ..kubelet.policy import NONE, STATIC, ZERO_RESERVATION, new_policy, take_by_topology
+from ..kubelet.policy import NO_RESERVATION, NONE, STATIC, ZERO_RESERVATION, new_policy, take_by_topology
 from ..kubelet.quantity import parse_quantity
 from ..kubelet.reservation import plan_reservation
 from ..kubelet.state import CPUState
@@ -121,17 +121,18 @@ def _reserved(topo: Topology, desired: Desired, current: Mapping[str, Any],
             return CPUSet.parse(str(listed)), "config", False, []
         except CPUSetError as exc:
             raise ConfigError("the current reservedSystemCPUs: %s" % exc) from None
-    cores = Fraction(0)
+    cores, named = Fraction(0), False
     for section in ("kubeReserved", "systemReserved"):
         block = current.get(section) or {}
         if isinstance(block, Mapping) and block.get("cpu") not in (None, ""):
+            named = True
             try:
                 cores += parse_quantity(str(block["cpu"]))
             except QuantityError as exc:
                 raise ConfigError("%s.cpu: %s" % (section, exc)) from None
     count = math.ceil(cores)
-    if not count:
-        return CPUSet(), "none", False, []
+    if not count:  # "none": no reservation named at all; a named one of zero CPUs is the kubelet's other refusal
+        return CPUSet(), "kubeReserved+systemReserved" if named else "none", False, []
     cpus = take_by_topology(topo, options, topo.all_cpus.as_frozenset(), min(count, len(topo.all_cpus)))
     return cpus, "kubeReserved+systemReserved", False, []
 
@@ -235,8 +236,9 @@ def plan_change(current: Mapping[str, Any], desired: Desired, topo: Topology, ve
                               "(--kube-reserved-cgroup)")
         if not reserved.issubset(topo.all_cpus):
             raise ConfigError("reserved-cpus: %s is not a subset of online-cpus: %s" % (reserved, topo.all_cpus))
-    if desired.policy == STATIC and not reserved:
-        raise ConfigError(ZERO_RESERVATION + " (set reserved_cpus or num_reserved)")
+    if desired.policy == STATIC and not reserved:  # the kubelet's words: none named, or named and zero
+        raise ConfigError((NO_RESERVATION if source == "none" else ZERO_RESERVATION)
+                          + " (set reserved_cpus or num_reserved)")
 
     new = copy.deepcopy(dict(current))
     new.setdefault("apiVersion", "kubelet.config.k8s.io/v1beta1")

@@ -9,6 +9,7 @@ import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import cpu_option_maturity
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import flag_gates, parse_version
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import topology_gates
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -58,3 +59,15 @@ def test_the_gates_of_a_kubelets_command_line(args, want):
 def test_a_command_line_gate_that_is_not_a_go_bool_is_refused(args, says):
     with pytest.raises(ConfigError, match="^" + re.escape(says) + "$"):
         flag_gates(args)
+
+
+@pytest.mark.parametrize("policy,scope,text", [  # the kubelet's configuration validation (validation.go), 1.35-1.37
+    ("bogus", "container", 'invalid configuration: topologyManagerPolicy (--topology-manager-policy) "bogus" must be '
+                           'one of: ["none" "best-effort" "restricted" "single-numa-node"]'),
+    ("none", "node", 'invalid configuration: topologyManagerScope (--topology-manager-scope) "node" must be one of: '
+                     '"container", or "pod"'),
+])
+def test_a_topology_manager_policy_or_scope_it_does_not_know_is_refused_in_its_words(policy, scope, text):
+    with pytest.raises(ConfigError) as refused:
+        topology_gates(policy, scope, {}, minor=37, num_numa=2, gates={})
+    assert str(refused.value) == text

@@ -77,7 +77,8 @@ REFUSED = [
      "1.33", "static policy options full-pcpus-only and distribute-cpus-across-cores can not be used at the same time"),
     (Desired(policy="none", policy_options={"full-pcpus-only": "true"}), "1.33",
      "None policy: received unsupported options=map[full-pcpus-only:true]"),
-    (Desired(), "1.33", "the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero"),
+    (Desired(), "1.33", "[cpumanager] unable to determine reserved CPU resources for static policy (set "
+                        "reserved_cpus or num_reserved)"),  # no reservation named: what the real kubelet 1.35-1.37 says
     (Desired(num_reserved=0), "1.33", "the static policy requires"),
     (Desired(reserved_cpus=CPUSet.parse("0,99")), "1.33", "reserved-cpus: 0,99 is not a subset of online-cpus: 0-15"),
     (Desired(reserved_cpus=CPUSet.parse("0,1"), num_reserved=3), "1.33", "holds 2 CPUs but num_reserved is 3"),
@@ -91,6 +92,20 @@ REFUSED = [
     (Desired(num_reserved=2, topology_manager_policy_options={"max-allowable-numa-nodes": "x"}), "1.33",
      'strconv.Atoi: parsing "x": invalid syntax'),
 ]
+
+
+@pytest.mark.parametrize("reserved", [{"kubeReserved": {"cpu": "0"}}, {"systemReserved": {"cpu": "0m"}},
+                                      {"kubeReserved": {"cpu": "0"}, "systemReserved": {"memory": "1Gi"}}])
+def test_a_reservation_named_but_zero_is_the_kubelets_other_refusal(reserved):
+    with pytest.raises(ConfigError) as info:
+        plan(Desired(), dict(KUBEADM, **reserved))
+    assert str(info.value) == ("[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be "
+                               "greater than zero (set reserved_cpus or num_reserved)")
+
+
+def test_a_reservation_without_cpu_is_none_to_the_kubelet():
+    with pytest.raises(ConfigError, match=r"unable to determine reserved CPU resources for static policy"):
+        plan(Desired(), dict(KUBEADM, kubeReserved={"memory": "1Gi"}, systemReserved={"memory": "1Gi"}))
 
 
 @pytest.mark.parametrize("desired,version,message", REFUSED)
