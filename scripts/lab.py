@@ -131,11 +131,10 @@ class LabCRI(cri_grpc.CRIRuntime):
                   target=sandbox_id)
 
     def image_id(self, tag: str) -> str:
-        """The ID the runtime gives the image ``tag`` (what the kubelet puts in CreateContainer): its ImageService."""
+        """The ID the runtime gives the image ``tag`` (what the kubelet puts in CreateContainer), "" while its CRI
+        does not know it: its ImageService."""
         reply = self.call("ImageStatus", self.lab.ImageStatusRequest(image=self.lab.ImageSpec(image=tag)),
                           self.lab.ImageStatusResponse, target=tag, service="/runtime.v1.ImageService/")
-        if not reply.image.id:
-            raise RuntimeError("image %s not imported" % tag)
         return str(reply.image.id)
 
     def list_pods(self) -> List[LabPod]:
@@ -356,12 +355,22 @@ class Lab:
             subprocess.run(["ctr", "-a", self.socket, "-n", "k8s.io", "images", "import", path], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=self.env)
         self.cri = LabCRI(self.endpoint, timeout=self.cri_timeout)
+        # containerd's CRI learns of an imported image from an event, a moment after ctr has returned: a sandbox made
+        # before that would be pulled (there is no registry)
+        deadline = time.monotonic() + 120
+        while not all(self.cri.image_id(tag) for tag in (BUSYBOX_IMAGE, PAUSE_IMAGE)):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the runtime's CRI does not list the imported images; see %s/daemon.log" % self.dir)
+            time.sleep(0.05)
 
     @functools.cached_property
     def image_id(self) -> str:
         """The busybox image's ID, asked of the runtime when the first container is made (a ``lab.py`` call that
         makes none asks nothing)."""
-        return self.cri.image_id(BUSYBOX_IMAGE)
+        found = self.cri.image_id(BUSYBOX_IMAGE)
+        if not found:
+            raise RuntimeError("image %s not imported" % BUSYBOX_IMAGE)
+        return found
 
     def daemon_argv(self) -> List[str]:
         return ["containerd", "--config", self.config_path]

@@ -158,6 +158,14 @@ def shared_build(path):
     return path
 
 
+@pytest.fixture(params=["1.35", "1.36", "1.37"])
+def kubelet_binary(request):
+    """A real kubelet (scripts/kubelet.sh; scripts/guest.py shares 1.35.4, 1.36.3 and 1.37.2 in): its minor, and its
+    path on the guest's disk."""
+    shared = shared_build(os.path.join(ROOT, ".cache", "kubelet", "kubelet-%s" % request.param))
+    return request.param, local_copy(shared)
+
+
 LOCAL = "/var/tmp/kubecpu-binaries"  # on the guest's own disk
 
 

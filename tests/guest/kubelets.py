@@ -1,0 +1,143 @@
+"""The real kubelet as the guest tests run it: kubelets 1.35.4, 1.36.3 and 1.37.2 built from their modules
+(scripts/kubelet.sh; the guest stage shares them in, conftest's ``kubelet_binary`` gives one), standalone (static pods
+from a manifest directory, no API server) on containerd with the systemd cgroup driver, its images local, its
+configuration what the kubelet role's planning (``plan_change``) makes of a node's own settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import subprocess
+import urllib.request
+
+import yaml
+from conftest import lab_module, wait_for
+
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import discover_sysfs
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import plan_change
+
+RELEASES = {"1.35": "1.35.4", "1.36": "1.36.3", "1.37": "1.37.2"}
+# A node's own settings, the role's input: the role changes only the CPU manager's keys. No API server (no
+# kubeconfig: standalone); its server on (a self-signed certificate, anyone allowed) for /configz only; nothing
+# evicted or collected on the guest's small disk and memory.
+BASE = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", "cgroupDriver": "systemd",
+        "failSwapOn": False, "enableServer": True, "readOnlyPort": 0,
+        "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+        "authorization": {"mode": "AlwaysAllow"}, "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99, "evictionHard": {"memory.available": "1Mi"}}
+STATIC_POD = {"apiVersion": "v1", "kind": "Pod",
+              "spec": {"hostNetwork": True, "containers": [{
+                  "name": "app", "image": lab_module.BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                  "command": ["/bin/sleep", "infinity"]}]}}
+START_TIMEOUT = 300  # a kubelet's start under emulation: about 25 s idle
+
+
+class Kubelet:
+    """One kubelet process in ``directory`` (its root directory, manifests and log there)."""
+
+    def __init__(self, binary, directory, config):
+        self.binary, self.dir = binary, directory
+        self.manifests = os.path.join(directory, "manifests")
+        self.root = os.path.join(directory, "root")
+        self.checkpoint = os.path.join(self.root, "cpu_manager_state")
+        self.config_path = os.path.join(directory, "config.yaml")
+        os.makedirs(self.manifests, exist_ok=True)
+        with open(self.config_path, "w", encoding="utf-8") as handle:  # as the role writes it (to_nice_yaml)
+            yaml.safe_dump(dict(config, staticPodPath=self.manifests, podLogsDir=os.path.join(directory, "logs")),
+                           handle, indent=2, sort_keys=False, default_flow_style=False)
+        self.proc, self.offset = None, 0
+
+    def start(self):
+        with open(os.path.join(self.dir, "kubelet.log"), "ab") as log:
+            self.offset = log.tell()  # this start's output begins here
+            self.proc = subprocess.Popen([self.binary, "--config", self.config_path, "--root-dir", self.root,
+                                          "--cert-dir", os.path.join(self.dir, "pki"), "--v=2"],
+                                         stdout=log, stderr=log, start_new_session=True)
+
+    def healthy(self):
+        """Its health endpoint answers ok (the container manager, the CPU manager with it, has started)."""
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:10248/healthz", timeout=5) as reply:
+                return reply.read() == b"ok"
+        except OSError:
+            return False
+
+    def up(self, minor):
+        """Started and healthy (fails with its log when it exits instead)."""
+        wait_for(lambda: self.proc.poll() is not None or self.healthy(), START_TIMEOUT, "kubelet %s healthy" % minor)
+        assert self.proc.poll() is None, self.log()
+
+    def refused(self, minor):
+        """It exits at its start; what it logged on this start."""
+        wait_for(lambda: self.proc.poll() is not None, START_TIMEOUT, "kubelet %s refusing to start" % minor)
+        assert self.proc.returncode != 0
+        with open(os.path.join(self.dir, "kubelet.log"), encoding="utf-8", errors="replace") as handle:
+            handle.seek(self.offset)
+            return handle.read()
+
+    def configz(self):
+        """The configuration it runs, as it reports it (/configz on its server, which may listen a little after its
+        health endpoint answers)."""
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # its own self-signed certificate
+
+        def ask():
+            try:
+                with urllib.request.urlopen("https://127.0.0.1:10250/configz", timeout=30, context=context) as reply:
+                    return json.loads(reply.read())["kubeletconfig"]
+            except OSError:
+                return None
+        reported = wait_for(lambda: ask() or self.proc.poll() is not None, START_TIMEOUT, "its /configz")
+        assert reported is not True, self.log()  # it exited instead
+        return reported
+
+    def state(self):
+        try:
+            with open(self.checkpoint, encoding="utf-8") as handle:
+                return json.load(handle)
+        except (OSError, ValueError):
+            return {}
+
+    def add(self, name, count, order):
+        pod = json.loads(json.dumps(STATIC_POD))
+        pod["metadata"] = {"name": name, "namespace": "default", "uid": "%s-uid" % name}
+        quantity = {"cpu": str(count), "memory": "32Mi"}
+        pod["spec"]["containers"][0]["resources"] = {"requests": quantity, "limits": quantity}
+        with open(os.path.join(self.manifests, "%d-%s.yaml" % (order, name)), "w", encoding="utf-8") as handle:
+            yaml.safe_dump(pod, handle)
+        return pod["metadata"]["uid"]
+
+    def log(self, size=4000):
+        with open(os.path.join(self.dir, "kubelet.log"), encoding="utf-8", errors="replace") as handle:
+            return handle.read()[-size:]
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=60)
+
+
+def planned(desired, minor, tmp_path, lab):
+    """The kubelet's configuration as the kubelet role plans ``desired`` for this node and kubelet version."""
+    change = plan_change(BASE, desired, discover_sysfs("/"), RELEASES[minor], state=None,
+                         state_path=str(tmp_path / "root" / "cpu_manager_state"))
+    return change, dict(change.config, containerRuntimeEndpoint=lab.endpoint)
+
+
+def remove_static_pods(lab):
+    for item in lab.cri.list_pods():  # what the kubelet left running: removed as the kubelet would
+        if item.namespace == "default":
+            lab.cri.remove_pod_sandbox(item.id)
+
+
+def said_in(text, log):
+    """``text`` in the kubelet's log: as it is, or inside a quoted value of a structured line (err="...")."""
+    return text in log or text.replace("\\", "\\\\").replace('"', '\\"') in log
+
+
+def all_running(lab, uids):
+    """Pod UID -> its running container's ID, once every pod of ``uids`` has one (else None)."""
+    running = {item.pod_uid: item.id for item in lab.cri.list_containers() if item.state == "CONTAINER_RUNNING"}
+    return running if all(uid in running for uid in uids) else None
