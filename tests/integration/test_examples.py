@@ -2,7 +2,9 @@
 output (the examples' container and pod IDs are the recorded prod/web pod's), a fake cgroupfs, a fake sysfs with
 128 CPUs on 2 NUMA nodes (isolcpus 4-63,68-127) and a NIC at 0000:3b:00.0, and a kubelet configuration. The host paths in the examples
 are redirected to the stand-in's and the node options come from module_defaults; the CRI examples talk to the
-stand-in through crictl (the gRPC backend has its own tests against the real containerd)."""
+stand-in through crictl (the gRPC backend has its own tests against the real containerd). One ansible-playbook run
+holds every module's examples: a play each, on a stand-in node of its own (a name of its own for localhost, so that
+one module's failure stops only its play)."""
 
 from __future__ import annotations
 
@@ -34,7 +36,6 @@ def examples(module):
                 and getattr(node.targets[0], "id", "") == "EXAMPLES")
 
 
-@pytest.fixture()
 def stand_in(tmp_path):
     node = fake_crictl.make_node(str(tmp_path / "runtime"), cpus="0-127")
     root = str(tmp_path / "root")
@@ -66,46 +67,63 @@ def redirected(text, node):
             .replace("/var/lib/kubelet/cpu_manager_state", node["kubelet_state"]))
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_the_examples_run(stand_in, module):
-    tasks = yaml.safe_load(redirected(examples(module), stand_in))
-    assert tasks and all(isinstance(task, dict) and task.get("name") for task in tasks)
-    node_defaults = {"sysfs_root": stand_in["root"]}
-    managed = dict(node_defaults, state_path=stand_in["state"], crictl_path=stand_in["crictl"],
-                   cgroup_root=stand_in["cgroup"], kubelet_state_path=os.path.join(stand_in["dir"], "absent"))
-    play = [{"name": "EXAMPLES of " + module, "hosts": "localhost", "gather_facts": False,
-             "module_defaults": {"group/kubecpu.cpu_manager.cpu_manager": managed,
-                                 "kubecpu.cpu_manager.cpu_topology_facts": node_defaults,
-                                 "kubecpu.cpu_manager.cpu_manager_reservation": node_defaults,
-                                 "kubecpu.cpu_manager.cpu_manager_kubelet_config": dict(
-                                     node_defaults, state_path=stand_in["kubelet_state"]),
-                                 "kubecpu.cpu_manager.cpu_manager_daemons": {  # drop-ins in the stand-in's directory
-                                     "systemd_dir": stand_in["systemd"], "cgroup_root": stand_in["cgroup"],
-                                     "sysfs_root": stand_in["root"]},
-                                 "kubecpu.cpu_manager.cpu_manager_runtime_hook": {  # this machine's containerd 1.6
-                                     "containerd_config": stand_in["containerd_config"], "python": sys.executable,
-                                     "spec_path": os.path.join(stand_in["dir"], "kubecpu", "base-runtime-spec.json"),
-                                     "kubecpu": os.path.join(ROOT, "bin", "kubecpu")}},
-             "tasks": tasks}]
-    playbook = os.path.join(stand_in["dir"], "examples.yml")
-    with open(playbook, "w", encoding="utf-8") as handle:
-        yaml.safe_dump(play, handle, sort_keys=False)
-    env = dict(os.environ, PATH=stand_in["tools"] + os.pathsep + os.environ["PATH"],
-               ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+def play(module, node):
+    """The play of ``module``'s EXAMPLES on the stand-in ``node``, and its tasks as written."""
+    tasks = yaml.safe_load(redirected(examples(module), node))
+    node_defaults = {"sysfs_root": node["root"]}
+    managed = dict(node_defaults, state_path=node["state"], crictl_path=node["crictl"],
+                   cgroup_root=node["cgroup"], kubelet_state_path=os.path.join(node["dir"], "absent"))
+    return {"name": "EXAMPLES of " + module, "hosts": module, "gather_facts": False,
+            "environment": {"PATH": node["tools"] + os.pathsep + os.environ["PATH"]},  # its stand-in systemctl
+            "module_defaults": {"group/kubecpu.cpu_manager.cpu_manager": managed,
+                                "kubecpu.cpu_manager.cpu_topology_facts": node_defaults,
+                                "kubecpu.cpu_manager.cpu_manager_reservation": node_defaults,
+                                "kubecpu.cpu_manager.cpu_manager_kubelet_config": dict(
+                                    node_defaults, state_path=node["kubelet_state"]),
+                                "kubecpu.cpu_manager.cpu_manager_daemons": {  # drop-ins in the stand-in's directory
+                                    "systemd_dir": node["systemd"], "cgroup_root": node["cgroup"],
+                                    "sysfs_root": node["root"]},
+                                "kubecpu.cpu_manager.cpu_manager_runtime_hook": {  # this machine's containerd 1.6
+                                    "containerd_config": node["containerd_config"], "python": sys.executable,
+                                    "spec_path": os.path.join(node["dir"], "kubecpu", "base-runtime-spec.json"),
+                                    "kubecpu": os.path.join(ROOT, "bin", "kubecpu")}},
+            "tasks": tasks}, tasks
+
+
+@pytest.fixture(scope="module")
+def examples_run(tmp_path_factory):
+    """Every module's examples in one ansible-playbook run: module -> (its stand-in, its tasks, its play's result,
+    its host's stats), and the run itself."""
+    nodes = {module: stand_in(tmp_path_factory.mktemp(module)) for module in MODULES}
+    plays = {module: play(module, node) for module, node in nodes.items()}
+    work = tmp_path_factory.mktemp("examples")
+    (work / "inventory.ini").write_text("".join(
+        "%s ansible_connection=local ansible_python_interpreter=%s\n" % (module, sys.executable) for module in MODULES))
+    with open(work / "examples.yml", "w", encoding="utf-8") as handle:
+        yaml.safe_dump([plays[module][0] for module in MODULES], handle, sort_keys=False)
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
                ANSIBLE_STDOUT_CALLBACK="json")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
-                           "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable, playbook],
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
+                           str(work / "inventory.ini"), str(work / "examples.yml")],
+                          capture_output=True, text=True, env=env, timeout=900, check=False)
     result = json.loads(proc.stdout) if proc.stdout.startswith("{") else {}
-    failed = [(task["task"]["name"], host.get("msg")) for play in result.get("plays", []) for task in play["tasks"]
-              for host in task["hosts"].values() if host.get("failed")]
-    assert proc.returncode == 0, failed or proc.stdout[-3000:] + proc.stderr[-3000:]
-    ran = [task["task"]["name"] for task in result["plays"][0]["tasks"]]
-    assert ran == [task["name"] for task in tasks]  # every example ran, none skipped
-    stats = result["stats"]["localhost"]
-    assert stats["failures"] == 0 and stats["skipped"] == 0, stats
+    played = {item["play"]["name"]: item for item in result.get("plays", [])}
+    return {module: (nodes[module], plays[module][1], played.get("EXAMPLES of " + module),
+                     result.get("stats", {}).get(module)) for module in MODULES}, proc
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_the_examples_run(examples_run, module):
+    ran, proc = examples_run
+    node, tasks, played, stats = ran[module]
+    assert tasks and all(isinstance(task, dict) and task.get("name") for task in tasks)
+    assert played is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+    failed = [(task["task"]["name"], task["hosts"][module].get("msg")) for task in played["tasks"]
+              if task["hosts"].get(module, {}).get("failed")]
+    assert not failed and stats is not None, failed or proc.stderr[-3000:]
+    assert [task["task"]["name"] for task in played["tasks"]] == [task["name"] for task in tasks]  # none skipped
+    assert stats["failures"] == 0 and stats["skipped"] == 0 and stats["unreachable"] == 0, stats
     if module == "cpu_manager_daemons":  # confined, then given back: reloaded each time, no drop-in left
-        with open(os.path.join(stand_in["dir"], "systemctl.log"), encoding="utf-8") as handle:
+        with open(os.path.join(node["dir"], "systemctl.log"), encoding="utf-8") as handle:
             assert handle.read().split("\n")[:-1] == ["daemon-reload"] * 3
-        assert not [files for _top, _dirs, files in os.walk(stand_in["systemd"]) if files]
+        assert not [files for _top, _dirs, files in os.walk(node["systemd"]) if files]
