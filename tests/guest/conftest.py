@@ -91,7 +91,6 @@ def driver(request):
 def lab21():
     """containerd 2.1.9 (Debian's; its NRI off here, CRI events), systemd cgroup driver."""
     with make_lab("systemd", CONTAINERD_2) as lab:
-        lab.driver = "systemd"
         yield lab
 
 
@@ -99,7 +98,6 @@ def lab21():
 def lab21_cgroupfs():
     """containerd 2.1.9, cgroupfs driver: only where a test asks for it (a containerd's start costs 30-50 s here)."""
     with make_lab("cgroupfs", CONTAINERD_2) as lab:
-        lab.driver = "cgroupfs"
         yield lab
 
 
@@ -107,7 +105,6 @@ def lab21_cgroupfs():
 def lab17():
     """containerd 1.7.24 with NRI and CRI events, cgroupfs driver."""
     with make_lab("cgroupfs", NRI_BINARIES, nri=True) as lab:
-        lab.driver = "cgroupfs"
         yield lab
 
 
@@ -115,7 +112,6 @@ def lab17():
 def lab24():
     """containerd 2.4.2 (built from its module; NRI on by default, CRI events), systemd cgroup driver."""
     with make_lab("systemd", containerd_24()) as lab:
-        lab.driver = "systemd"
         yield lab
 
 
@@ -187,7 +183,9 @@ def local_copy(path):
 def make_lab(driver, binaries, nri=False):
     if not os.path.exists(os.path.join(binaries, "containerd")):
         pytest.fail("%s is not shared in: run scripts/runtimes.sh on the host first" % binaries)
-    return lab_module.Lab(binaries=local_copy(binaries), nri=nri, systemd=driver == "systemd", slow=True)
+    lab = lab_module.Lab(binaries=local_copy(binaries), nri=nri, systemd=driver == "systemd", slow=True)
+    lab.driver = driver  # what a test asks of it: "systemd" or "cgroupfs"
+    return lab
 
 
 ALL = set(range(8))

@@ -15,14 +15,12 @@ from conftest import NRI_BINARIES, containerd_24, crio_lab, guaranteed, kubecpu,
 @pytest.fixture(scope="module")
 def lab17_systemd():
     with make_lab("systemd", NRI_BINARIES, nri=True) as lab:
-        lab.driver = "systemd"
         yield lab
 
 
 @pytest.fixture(scope="module")
 def lab24_cgroupfs():
     with make_lab("cgroupfs", containerd_24()) as lab:
-        lab.driver = "cgroupfs"
         yield lab
 
 
