@@ -666,12 +666,14 @@ SETTINGS = "lab.json"  # what ``lab.py start`` made the lab with, in its directo
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """``lab.py start DIR [--systemd] [--nri BINARIES]``: a containerd left running in DIR (its endpoint printed as
-    JSON); ``lab.py pod DIR NAME QOS MILLICPU...``: a pod of one container per CPU request (0: none) in it, each
-    printing its first Cpus_allowed_list into its log (the paths printed); ``lab.py rmpod DIR UID``: that pod
-    removed; ``lab.py restart DIR``: containerd restarted on its config.toml as it is now (the pods keep running);
-    ``lab.py cpus DIR ID``: a container's cpuset in cgroupfs and its process's Cpus_allowed_list; ``lab.py stop
-    DIR``: its pods removed, it stopped, DIR removed. For tests that script a node from outside."""
+    """``lab.py start DIR [--systemd] [--nri BINARIES | --binaries BINARIES]``: a containerd left running in DIR (its
+    endpoint printed as JSON); ``lab.py pod DIR NAME QOS MILLICPU...``: a pod of one container per CPU request (0:
+    none) in it, each printing its first Cpus_allowed_list into its log (the paths printed); ``lab.py rmpod DIR UID``:
+    that pod removed; ``lab.py ps DIR``: each running container by its pod's UID (whoever made the pod): its ID, cpuset
+    and first process's Cpus_allowed_list;
+    ``lab.py restart DIR``: containerd restarted on its config.toml as it is now (the pods keep running); ``lab.py cpus
+    DIR ID``: a container's cpuset in cgroupfs and its process's Cpus_allowed_list; ``lab.py stop DIR``: its pods
+    removed, it stopped, DIR removed. For tests that script a node from outside."""
     import argparse  # noqa: PLC0415  # the command line only
 
     parser = argparse.ArgumentParser(description=main.__doc__)
@@ -680,6 +682,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     start.add_argument("dir")
     start.add_argument("--systemd", action="store_true")
     start.add_argument("--nri", metavar="BINARIES")
+    start.add_argument("--binaries", help="the containerd to run (its directory), NRI off")
     start.add_argument("--slow", action="store_true", help="under emulation: longer timeouts")
     pod = sub.add_parser("pod")
     pod.add_argument("dir")
@@ -696,10 +699,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     where.add_argument("container_id")
     again = sub.add_parser("restart")
     again.add_argument("dir")
+    listing = sub.add_parser("ps")
+    listing.add_argument("dir")
     args = parser.parse_args(argv)
     if args.command == "start":
         os.makedirs(args.dir, exist_ok=True)
-        settings = {"binaries": args.nri, "nri": bool(args.nri), "systemd": args.systemd, "slow": args.slow}
+        settings = {"binaries": args.nri or args.binaries, "nri": bool(args.nri), "systemd": args.systemd,
+                    "slow": args.slow}
         lab = Lab(args.dir, **settings)
         lab.start()
         with open(os.path.join(args.dir, SETTINGS), "w", encoding="utf-8") as handle:
@@ -724,6 +730,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             os.unlink(lab.socket)
         lab.start_daemon()
         print(json.dumps({"endpoint": lab.endpoint}))
+        lab.detach()
+        return 0
+    if args.command == "ps":  # the running containers, whoever made them (a kubelet's too), and where they run
+        print(json.dumps({item.pod_uid: {"id": item.id, "cgroup": lab.cgroup_cpus({}, item.id),
+                                         "proc": lab.allowed_cpus(item.id)}
+                          for item in lab.cri.list_containers() if item.state == "CONTAINER_RUNNING"}))
         lab.detach()
         return 0
     if args.command == "rmpod":

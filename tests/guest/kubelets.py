@@ -5,6 +5,7 @@ configuration what the kubelet role's planning (``plan_change``) makes of a node
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -14,23 +15,11 @@ import urllib.request
 
 import yaml
 from conftest import lab_module, wait_for
+from kubelet_files import BASE, RELEASES, static_pod
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import discover_sysfs
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import plan_change
 
-RELEASES = {"1.35": "1.35.4", "1.36": "1.36.3", "1.37": "1.37.2"}
-# A node's own settings, the role's input: the role changes only the CPU manager's keys. No API server (no
-# kubeconfig: standalone); its server on (a self-signed certificate, anyone allowed) for /configz only; nothing
-# evicted or collected on the guest's small disk and memory.
-BASE = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", "cgroupDriver": "systemd",
-        "failSwapOn": False, "enableServer": True, "readOnlyPort": 0,
-        "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
-        "authorization": {"mode": "AlwaysAllow"}, "imageGCHighThresholdPercent": 100,
-        "imageGCLowThresholdPercent": 99, "evictionHard": {"memory.available": "1Mi"}}
-STATIC_POD = {"apiVersion": "v1", "kind": "Pod",
-              "spec": {"hostNetwork": True, "containers": [{
-                  "name": "app", "image": lab_module.BUSYBOX_IMAGE, "imagePullPolicy": "Never",
-                  "command": ["/bin/sleep", "infinity"]}]}}
 START_TIMEOUT = 300  # a kubelet's start under emulation: about 25 s idle
 
 
@@ -100,14 +89,23 @@ class Kubelet:
         except (OSError, ValueError):
             return {}
 
-    def add(self, name, count, order):
-        pod = json.loads(json.dumps(STATIC_POD))
-        pod["metadata"] = {"name": name, "namespace": "default", "uid": "%s-uid" % name}
-        quantity = {"cpu": str(count), "memory": "32Mi"}
-        pod["spec"]["containers"][0]["resources"] = {"requests": quantity, "limits": quantity}
+    def add(self, name, count, order, **command):
+        pod = static_pod(name, count, lab_module.BUSYBOX_IMAGE, **command)
         with open(os.path.join(self.manifests, "%d-%s.yaml" % (order, name)), "w", encoding="utf-8") as handle:
             yaml.safe_dump(pod, handle)
         return pod["metadata"]["uid"]
+
+    def remove(self, name, order):
+        os.unlink(os.path.join(self.manifests, "%d-%s.yaml" % (order, name)))
+
+    def first_line(self, uid):
+        """What the pod's container printed first (its last start's log), or None before it did."""
+        logs = sorted(glob.glob(os.path.join(self.dir, "logs", "*_%s" % uid, "app", "*.log")), key=os.path.getmtime)
+        if not logs:
+            return None
+        with open(logs[-1], encoding="utf-8") as handle:
+            line = handle.readline()
+        return line.split(" F ", 1)[1].strip() if line.endswith("\n") and " F " in line else None
 
     def log(self, size=4000):
         with open(os.path.join(self.dir, "kubelet.log"), encoding="utf-8", errors="replace") as handle:

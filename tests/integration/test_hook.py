@@ -3,7 +3,7 @@ runtime handler's ``base_runtime_spec`` (the spec ``ctr oci spec`` prints, with 
 and containerd 1.7.24 with NRI enabled, the NRI plugin down and then up.
 
 Each container's first command prints its ``Cpus_allowed_list``: what it ran its first instruction on. The hook runs
-through a wrapper that logs what it answered and the state file's identity before and after."""
+through a wrapper that logs what it answered and the state file's identity before and after (support/hook_spec.py)."""
 
 from __future__ import annotations
 
@@ -14,29 +14,12 @@ import subprocess
 import sys
 
 import pytest
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import hook_spec
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.waits import until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
 FIRST_LINE = ["/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status; exec sleep 100000"]
-WRAPPER = r'''import json, os, subprocess, sys
-def stamp(path):
-    try:
-        found = os.stat(path)
-    except OSError:
-        return None
-    return [found.st_ino, found.st_mtime_ns]
-state = sys.stdin.buffer.read()
-before = stamp(%(state)r)
-proc = subprocess.run(%(argv)r, input=state, capture_output=True, env=dict(os.environ, KUBECPU_PYTHON=sys.executable))
-with open(%(log)r, "a") as log:
-    log.write(json.dumps({"rc": proc.returncode, "out": proc.stdout.decode(), "err": proc.stderr.decode(),
-                          "before": before, "after": stamp(%(state)r)}) + "\n")
-sys.stderr.write(proc.stderr.decode())
-sys.exit(proc.returncode)
-'''
-
-
 class HookedLab:
     """A containerd whose every container starts through the hook; the hook's state and log in ``directory``."""
 
@@ -44,17 +27,10 @@ class HookedLab:
         self.dir = directory
         self.state = os.path.join(directory, "state")
         self.log = os.path.join(directory, "hook.log")
-        ctr = os.path.join(binaries, "ctr") if binaries else "ctr"
-        spec = json.loads(subprocess.run([ctr, "oci", "spec"], capture_output=True, text=True, check=True).stdout)
         argv = [python, KUBECPU, "hook", "--state", self.state, "--reserved-cpus", "0", "--kubelet-state",
                 os.path.join(directory, "no-kubelet-state")]
-        wrapper = os.path.join(directory, "hook-wrapper.py")
-        with open(wrapper, "w", encoding="utf-8") as handle:
-            handle.write(WRAPPER % {"state": self.state, "argv": argv, "log": self.log})
-        spec["hooks"] = {"createRuntime": [{"path": python, "args": [python, wrapper], "timeout": 20}]}
-        base = os.path.join(directory, "base-spec.json")
-        with open(base, "w", encoding="utf-8") as handle:
-            json.dump(spec, handle)
+        base = hook_spec.base_spec(os.path.join(binaries, "ctr") if binaries else "ctr", python, argv, self.state,
+                                   self.log, directory)
         self.lab = lab_module.Lab(binaries=binaries, nri=nri, base_spec=base)
         self.made = []
 
@@ -74,9 +50,7 @@ class HookedLab:
         return str(failure.value)
 
     def answers(self):
-        """What the hook answered, container by container (its JSON result, or its error line)."""
-        with open(self.log, encoding="utf-8") as handle:
-            return [json.loads(line) for line in handle]
+        return hook_spec.answers(self.log)
 
     def reconcile(self):
         """One pass of the agent on the same state (what the event-driven loop does next)."""
