@@ -401,13 +401,14 @@ class Guest:
 # The guest stage of scripts/test.sh: groups of tests, a fresh guest each, side by side (each guest emulates on one
 # host core). "guest": pytest inside the guest; "host": pytest here against that guest (KUBECPU_GUEST names it).
 # The two groups are balanced by their measured minutes (scripts/test.sh's table shows each part): the node group
-# pins (discovery, pinning), runs the real kubelets (beside kubecpu's predictions, their refusals, a corrupt
-# checkpoint and its rebuild) and then the kubelet role's three rollouts; the roles group keeps interrupts and daemons
+# pins (discovery, pinning), runs the real kubelets (beside kubecpu's predictions through an upgrade, their refusals,
+# a corrupt checkpoint and its rebuild, the fail-closed hook beside policy none) and then the kubelet role's seven
+# rollouts beside the real kubelet; the roles group keeps interrupts and daemons
 # off exclusive CPUs (housekeeping), runs both cgroup drivers on every runtime, live defragmentation, resize and
 # rebuild (operations) and CRI-O, and then the agent role's four runs.
 GROUPS: Dict[str, Dict[str, List[str]]] = {
     "node": {"guest": ["tests/guest/test_discovery.py", "tests/guest/test_pinning.py", "tests/guest/test_kubelet.py",
-                       "tests/guest/test_kubelet_refusals.py"],
+                       "tests/guest/test_kubelet_refusals.py", "tests/guest/test_kubelet_hook.py"],
              "host": ["tests/guest_host/test_kubelet_role.py"]},
     "roles": {"guest": ["tests/guest/test_housekeeping.py", "tests/guest/test_drivers.py",
                         "tests/guest/test_defrag.py", "tests/guest/test_operations.py", "tests/guest/test_crio.py"],
@@ -433,7 +434,7 @@ def stage(output: str, timeout: float, groups: Sequence[str], ready: Optional[st
             return 3
     builds = {build: threading.Thread(target=_share, args=(output, build), name=build)
               for build, (_steps, tests) in SHARED_BUILDS.items()
-              if any(test in GROUPS[name]["guest"] for name in groups for test in tests)}
+              if any(test in GROUPS[name]["guest"] + GROUPS[name].get("host", []) for name in groups for test in tests)}
     for build_thread in builds.values():
         build_thread.start()
     results: Dict[str, Tuple[int, float]] = {}
@@ -468,7 +469,8 @@ SHARED_BUILDS: Dict[str, Tuple[List[Tuple[List[str], Dict[str, str]]], Tuple[str
     "containerd-2.4": ([(["runtimes.sh", "containerd-2.4"], _CONTAINERD_24)],
                        ("tests/guest/test_drivers.py", "tests/guest/test_defrag.py")),
     "kubelets": ([(["kubelet.sh", minor], {"kubelet": "kubelet/kubelet-%s" % minor}) for minor in KUBELETS],
-                 ("tests/guest/test_kubelet.py", "tests/guest/test_kubelet_refusals.py")),
+                 ("tests/guest/test_kubelet.py", "tests/guest/test_kubelet_refusals.py",
+                  "tests/guest/test_kubelet_hook.py", "tests/guest_host/test_kubelet_role.py")),
 }
 
 

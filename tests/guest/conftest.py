@@ -162,6 +162,13 @@ def kubelet_binary(request):
     return request.param, local_copy(shared)
 
 
+@pytest.fixture(scope="session")
+def kubelet_binaries():
+    """Every real kubelet (as ``kubelet_binary``): minor -> its path on the guest's disk."""
+    return {minor: local_copy(shared_build(os.path.join(ROOT, ".cache", "kubelet", "kubelet-%s" % minor)))
+            for minor in ("1.35", "1.36", "1.37")}
+
+
 LOCAL = "/var/tmp/kubecpu-binaries"  # on the guest's own disk
 
 

@@ -1,9 +1,10 @@
 """The real kubelet beside kubecpu on the real server (tests/guest/kubelets.py runs it: 1.35.4, 1.36.3 and 1.37.2,
 standalone, on containerd 2.1.9 with the systemd cgroup driver, configured as the kubelet role plans). Guaranteed
-static pods, several running at once: the kubelet's checkpoint, and each container's cgroup and first process, are
-what ``bin/kubecpu allocate`` predicts for the same node, the same order and the same kubelet version. On the
-configuration the role plans (its /configz says so) the kubelet refuses a corrupt checkpoint in the words of
-``bin/kubecpu state``; after ``state --rebuild --kubelet-stopped`` it starts again and every pod keeps its CPUs.
+static pods, several running at once: each kubelet's checkpoint, and each container's cgroup and first process, are
+what ``bin/kubecpu allocate`` predicts for the same node, the same order and the same kubelet version, and an upgrade
+1.35 -> 1.36 -> 1.37 with the pods running keeps every pod where it was. On the configuration the role plans (its
+/configz says so) the kubelet refuses a corrupt checkpoint in the words of ``bin/kubecpu state``; after ``state
+--rebuild --kubelet-stopped`` it starts again and every pod keeps its CPUs.
 
 Machine: CPUs 2n and 2n+1 are one core; NUMA node 0 = CPUs 0-3, node 1 = CPUs 4-7."""
 
@@ -17,58 +18,77 @@ from kubelets import (RELEASES, START_TIMEOUT, Kubelet, all_running, planned, re
                       said_in)
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import Desired
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import discover_sysfs
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import Desired, plan_change
 
-PODS = (("two", 2), ("one", 1), ("three", 3))  # Guaranteed static pods: name, CPUs
+# Guaranteed static pods (name, CPUs), each admitted by the kubelet version named, one after the other: reserved
+# CPU 0 leaves 7, all of them exclusive in the end
+RESERVED_0 = Desired(policy="static", reserved_cpus=CPUSet.parse("0"))
+UPGRADE = (("1.35", (("two", 2), ("one", 1))), ("1.36", (("three", 3),)), ("1.37", (("last", 1),)))
 
 
-def test_the_kubelet_pins_static_pods_where_kubecpu_predicts(kubelet_binary, lab21, tmp_path):
-    """Static policy, reserved CPU 0 (the role's reserved_cpus), no options: static pods of 2, 1 and 3 CPUs put into
-    its manifest directory one after the other, each once the one before is admitted. Its checkpoint is kubecpu's
-    state after the same allocations in the same order, field for field (its format and checksums are this kubelet
-    version's), and each container runs on its CPUs."""
-    minor, binary = kubelet_binary
-    _change, config = planned(Desired(policy="static", reserved_cpus=CPUSet.parse("0")), minor, tmp_path, lab21)
-    assert config["cpuManagerPolicy"] == "static" and config["reservedSystemCPUs"] == "0"
-    kubelet = Kubelet(binary, str(tmp_path), config)
+def test_each_kubelet_pins_where_kubecpu_predicts_and_an_upgrade_keeps_every_pod(kubelet_binaries, lab21, tmp_path):
+    """Static policy, reserved CPU 0 (the role's reserved_cpus), no options. Kubelet 1.35.4 admits static pods of 2
+    and 1 CPUs, put into its manifest directory one after the other (each once the one before is admitted); then it
+    is upgraded, with its pods running, to 1.36.3, which admits a pod of 3 CPUs, and to 1.37.2, which admits one of 1.
+    Before each upgrade ``bin/kubecpu state --kubelet-version`` of the next version takes the older file (checkpoint
+    V2 -> V3 -> V4), as does the role's planning (no migration); the next kubelet starts on it and keeps every pod:
+    the same container on the same CPUs. After each admission its checkpoint is kubecpu's state after the same
+    allocations in the same order with the same version, field for field (that version's format and checksums), and
+    each container runs on its CPUs."""
+    (tmp_path / "topology.json").write_text(json.dumps(kubecpu("topology")))
     predicted = str(tmp_path / "kubecpu-state")
-    with open(str(tmp_path / "topology.json"), "w", encoding="utf-8") as handle:
-        handle.write(json.dumps(kubecpu("topology")))
-    uids = {}
-    kubelet.start()
+    uids, kubelet, older = {}, None, None  # older: the running kubelet's minor and configuration
     try:
-        wait_for(lambda: kubelet.state().get("policyName") == "static" or kubelet.proc.poll() is not None,
-                 START_TIMEOUT, "kubelet %s writing its checkpoint" % minor)
-        assert kubelet.proc.poll() is None, kubelet.log()
-        # one at a time: each admitted (its CPUs in the checkpoint) before the next comes; with several in the
-        # directory at its start the kubelet's order of admission is its own (1.35 took them by name)
-        for order, (name, count) in enumerate(PODS):
-            uids[name] = kubelet.add(name, count, order)
-            pod = {"uid": uids[name], "name": name, "namespace": "default",
-                   "containers": [{"name": "app", "cpu_request": str(count), "cpu_limit": str(count),
-                                   "memory_request": "32Mi", "memory_limit": "32Mi"}]}
-            (tmp_path / "pod.json").write_text(json.dumps(pod))
-            kubecpu("allocate", "--topology", str(tmp_path / "topology.json"), "--state", predicted,
-                    "--reserved-cpus", "0", "--kubelet-version", minor, "--pod", str(tmp_path / "pod.json"),
-                    "--container", "app")
-            wait_for(lambda uid=uids[name]: uid in kubelet.state().get("entries", {}) or kubelet.proc.poll(),
-                     START_TIMEOUT, "kubelet %s admitting %s" % (minor, name))
-        with open(predicted, encoding="utf-8") as handle:
-            want = json.load(handle)
-        running = wait_for(lambda: all_running(lab21, uids.values()) or kubelet.proc.poll() is not None,
-                           START_TIMEOUT, "kubelet %s running its %d static pods" % (minor, len(PODS)))
-        assert kubelet.proc.poll() is None, kubelet.log()
-        got = kubelet.state()
-        assert got["entries"] == want["entries"], (got, want)
-        assert got == want  # the whole file, its checksums included: kubecpu writes what this kubelet writes
-        for name, count in PODS:
-            settle(lab21, {"name": name, "containers": {"app": running[uids[name]]}},
-                   cpus(got["entries"][uids[name]]["app"]))
-            print("kubelet %s: %s (%d CPUs) on %s, kubecpu predicted %s" % (
-                RELEASES[minor], name, count, got["entries"][uids[name]]["app"],
-                want["entries"][uids[name]]["app"]))
+        for minor, pods in UPGRADE:
+            _change, config = planned(RESERVED_0, minor, tmp_path, lab21)
+            assert config["cpuManagerPolicy"] == "static" and config["reservedSystemCPUs"] == "0"
+            if older is not None:  # the upgrade: the older kubelet's file as the newer one will take it
+                kubelet.stop()
+                kept, running = kubelet.state(), all_running(lab21, uids.values())
+                taken = kubecpu("state", "--topology", str(tmp_path / "topology.json"), "--state", kubelet.checkpoint,
+                                "--reserved-cpus", "0", "--kubelet-version", minor)  # fails on a refusal
+                assert taken["entries"] == kept["entries"], taken
+                with open(kubelet.checkpoint, "rb") as handle:  # the role's planning for the new version
+                    change = plan_change(older[1], RESERVED_0, discover_sysfs("/"), RELEASES[minor],
+                                         state=handle.read(), state_path=kubelet.checkpoint)
+                assert (change.verdict_before, change.verdict_after, change.changed_keys) == (None, None, [])
+                print("kubelet %s -> %s: the role plans no change and no migration (it writes %s)" % (
+                    RELEASES[older[0]], RELEASES[minor], change.kubelet.writes))
+            kubelet, older = Kubelet(kubelet_binaries[minor], str(tmp_path), config), (minor, config)
+            kubelet.start()
+            kubelet.up(minor)
+            if uids:
+                wait_for(lambda: kubelet.state().get("entries") == kept["entries"] or kubelet.proc.poll(),
+                         START_TIMEOUT, "kubelet %s keeping the pods of %s" % (minor, sorted(uids)))
+                assert all_running(lab21, uids.values()) == running  # the same containers: none restarted
+                print("kubelet %s started on the older file: %s" % (RELEASES[minor], kubelet.state()))
+            for name, count in pods:
+                uids[name] = kubelet.add(name, count, len(uids))
+                (tmp_path / "pod.json").write_text(json.dumps({
+                    "uid": uids[name], "name": name, "namespace": "default",
+                    "containers": [{"name": "app", "cpu_request": str(count), "cpu_limit": str(count),
+                                    "memory_request": "32Mi", "memory_limit": "32Mi"}]}))
+                kubecpu("allocate", "--topology", str(tmp_path / "topology.json"), "--state", predicted,
+                        "--reserved-cpus", "0", "--kubelet-version", minor, "--pod", str(tmp_path / "pod.json"),
+                        "--container", "app")
+                wait_for(lambda uid=uids[name]: uid in kubelet.state().get("entries", {}) or kubelet.proc.poll(),
+                         START_TIMEOUT, "kubelet %s admitting %s" % (minor, name))
+            with open(predicted, encoding="utf-8") as handle:
+                want = json.load(handle)
+            running = wait_for(lambda: all_running(lab21, uids.values()) or kubelet.proc.poll() is not None,
+                               START_TIMEOUT, "kubelet %s running its %d static pods" % (minor, len(uids)))
+            assert kubelet.proc.poll() is None, kubelet.log()
+            got = kubelet.state()
+            assert got["entries"] == want["entries"], (got, want)
+            assert got == want  # the whole file, its checksums included: kubecpu writes what this kubelet writes
+            for name in uids:
+                settle(lab21, {"name": name, "containers": {"app": running[uids[name]]}},
+                       cpus(got["entries"][uids[name]]["app"]))
+            print("kubelet %s: %s; kubecpu predicted %s" % (RELEASES[minor], got["entries"], want["entries"]))
     finally:
-        kubelet.stop()
+        if kubelet is not None:
+            kubelet.stop()
         remove_static_pods(lab21)
 
 
