@@ -66,21 +66,37 @@ class Kubelet:
             handle.seek(self.offset)
             return handle.read()
 
+    def server(self, path):
+        """GET ``path`` on its server (its own self-signed certificate, anyone allowed): the JSON, or None while it
+        does not answer."""
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        try:
+            with urllib.request.urlopen("https://127.0.0.1:10250" + path, timeout=30, context=context) as reply:
+                return json.loads(reply.read())
+        except OSError:
+            return None
+
     def configz(self):
         """The configuration it runs, as it reports it (/configz on its server, which may listen a little after its
         health endpoint answers)."""
-        context = ssl.create_default_context()
-        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # its own self-signed certificate
-
-        def ask():
-            try:
-                with urllib.request.urlopen("https://127.0.0.1:10250/configz", timeout=30, context=context) as reply:
-                    return json.loads(reply.read())["kubeletconfig"]
-            except OSError:
-                return None
-        reported = wait_for(lambda: ask() or self.proc.poll() is not None, START_TIMEOUT, "its /configz")
+        reported = wait_for(lambda: self.server("/configz") or self.proc.poll() is not None, START_TIMEOUT,
+                            "its /configz")
         assert reported is not True, self.log()  # it exited instead
-        return reported
+        return reported["kubeletconfig"]
+
+    def rejected(self, uid, minor):
+        """The status of static pod ``uid`` once the kubelet has rejected it at admission (its /pods: a kubelet with
+        no API server reports its static pods' status there)."""
+        def failed():
+            pods = self.server("/pods") or {}
+            for pod in pods.get("items") or []:
+                if pod["metadata"].get("uid") == uid and pod.get("status", {}).get("phase") == "Failed":
+                    return pod["status"]
+            return self.proc.poll() is not None
+        status = wait_for(failed, START_TIMEOUT, "kubelet %s rejecting %s" % (minor, uid))
+        assert status is not True, self.log()  # it exited instead
+        return status
 
     def state(self):
         try:

@@ -65,13 +65,8 @@ def test_each_kubelet_pins_where_kubecpu_predicts_and_an_upgrade_keeps_every_pod
                 print("kubelet %s started on the older file: %s" % (RELEASES[minor], kubelet.state()))
             for name, count in pods:
                 uids[name] = kubelet.add(name, count, len(uids))
-                (tmp_path / "pod.json").write_text(json.dumps({
-                    "uid": uids[name], "name": name, "namespace": "default",
-                    "containers": [{"name": "app", "cpu_request": str(count), "cpu_limit": str(count),
-                                    "memory_request": "32Mi", "memory_limit": "32Mi"}]}))
-                kubecpu("allocate", "--topology", str(tmp_path / "topology.json"), "--state", predicted,
-                        "--reserved-cpus", "0", "--kubelet-version", minor, "--pod", str(tmp_path / "pod.json"),
-                        "--container", "app")
+                predict(tmp_path, uids[name], count, "--topology", str(tmp_path / "topology.json"), "--state",
+                        predicted, "--reserved-cpus", "0", "--kubelet-version", minor)
                 wait_for(lambda uid=uids[name]: uid in kubelet.state().get("entries", {}) or kubelet.proc.poll(),
                          START_TIMEOUT, "kubelet %s admitting %s" % (minor, name))
             with open(predicted, encoding="utf-8") as handle:
@@ -92,6 +87,16 @@ def test_each_kubelet_pins_where_kubecpu_predicts_and_an_upgrade_keeps_every_pod
         remove_static_pods(lab21)
 
 
+def predict(tmp_path, uid, count, *node, check=True):
+    """``bin/kubecpu allocate`` for the static pod ``uid`` (one container "app" of ``count`` CPUs) on ``node`` (its
+    flags): the JSON it printed, or (``check`` off) what it did."""
+    (tmp_path / "pod.json").write_text(json.dumps({
+        "uid": uid, "name": uid[:-len("-uid")], "namespace": "default",
+        "containers": [{"name": "app", "cpu_request": str(count), "cpu_limit": str(count), "memory_request": "32Mi",
+                        "memory_limit": "32Mi"}]}))
+    return kubecpu("allocate", *node, "--pod", str(tmp_path / "pod.json"), "--container", "app", check=check)
+
+
 RECONCILE = 5  # seconds: PLANNED's cpuManagerReconcilePeriod
 PLANNED = Desired(policy="static", reserved_cpus=CPUSet.parse("0"), reconcile_period="%ds" % RECONCILE,
                   policy_options={"full-pcpus-only": "true", "distribute-cpus-across-numa": "true"},
@@ -103,10 +108,13 @@ REPORTED = ("cpuManagerPolicy", "cpuManagerPolicyOptions", "reservedSystemCPUs",
 def test_on_the_planned_configuration_a_corrupt_checkpoint_is_refused_as_kubecpu_says_and_a_rebuild_keeps_pods(
         kubelet_binary, lab21, tmp_path):
     """The kubelet starts on the configuration the role plans (policy, options, reservation, reconcile period, the
-    Topology Manager's policy and scope): its /configz reports each as written. Two static pods of 2 CPUs run; the
-    kubelet stops and its checkpoint's checksums are broken. ``bin/kubecpu state`` refuses the file in the words the
-    kubelet then refuses to start with. ``state --rebuild --kubelet-stopped`` rebuilds it from what runs; the kubelet
-    starts on it, and after two of its reconcile periods every pod runs the same container on the same CPUs."""
+    Topology Manager's policy and scope): its /configz reports each as written. Two static pods of 2 CPUs come one
+    after the other: its checkpoint is what ``bin/kubecpu allocate`` predicts with the same options and Topology
+    Manager, file for file. A pod of 1 CPU: the kubelet rejects it (full-pcpus-only) with the reason kubecpu refuses
+    it with. The kubelet stops and its checkpoint's checksums are broken. ``bin/kubecpu state`` refuses the file in
+    the words the kubelet then refuses to start with. ``state --rebuild --kubelet-stopped`` rebuilds it from what
+    runs; the kubelet starts on it, and after two of its reconcile periods every pod runs the same container on the
+    same CPUs."""
     minor, binary = kubelet_binary
     change, config = planned(PLANNED, minor, tmp_path, lab21)
     kubelet = Kubelet(binary, str(tmp_path), config)
@@ -121,8 +129,27 @@ def test_on_the_planned_configuration_a_corrupt_checkpoint_is_refused_as_kubecpu
         for gate, on in (change.config.get("featureGates") or {}).items():
             assert running["featureGates"][gate] == on
         print("kubelet %s /configz: %s" % (RELEASES[minor], {key: running.get(key) for key in REPORTED}))
-        kubelet.up(minor)
-        uids = [kubelet.add(name, 2, order) for order, name in enumerate(("two", "pair"))]
+        predicted = str(tmp_path / "kubecpu-state")
+        options = [*node[:2], "--state", predicted, *node[4:], "--topology-manager-policy", "restricted",
+                   "--topology-manager-scope", "pod"]
+        uids = []
+        for order, name in enumerate(("two", "pair")):  # one at a time, as in the test above
+            uids.append(kubelet.add(name, 2, order))
+            predict(tmp_path, uids[-1], 2, *options)
+            wait_for(lambda: uids[-1] in kubelet.state().get("entries", {}) or kubelet.proc.poll(), START_TIMEOUT,
+                     "kubelet %s admitting %s" % (minor, name))
+        with open(predicted, encoding="utf-8") as handle:
+            assert kubelet.state() == json.load(handle)  # the same CPUs under the options, file for file
+        # a pod of 1 CPU: full-pcpus-only refuses it (a core has 2 CPUs); the kubelet keeps the rejected static pod's
+        # status, and /pods reports it
+        refused = predict(tmp_path, kubelet.add("odd", 1, 2), 1, *options, check=False)
+        assert refused.returncode != 0 and refused.stderr.strip(), refused.stdout
+        status = kubelet.rejected("odd-uid", minor)
+        print("kubelet %s rejects odd: %s: %s; kubecpu: %s" % (
+            RELEASES[minor], status.get("reason"), status.get("message"), refused.stderr.strip()))
+        assert refused.stderr.strip() in status["message"]
+        assert "odd-uid" not in kubelet.state()["entries"]
+        kubelet.remove("odd", 2)
         running = wait_for(lambda: all_running(lab21, uids) or kubelet.proc.poll() is not None, START_TIMEOUT,
                            "kubelet %s running its static pods" % minor)
         assert kubelet.proc.poll() is None, kubelet.log()
