@@ -21,8 +21,8 @@ PYTHON = "/usr/bin/python3"  # the node's own, as the agent role installs the ho
 REFUSED = "no exclusive CPUs"  # the hook's words when every exclusive CPU is taken
 
 
-def test_a_container_the_hook_refuses_is_retried_by_the_kubelet_and_runs_once_cpus_are_free(kubelet_binaries,
-                                                                                             tmp_path):
+def test_a_container_the_hook_refuses_is_retried_by_the_kubelet_and_runs_once_cpus_are_free(
+        kubelet_binaries, tmp_path):
     """Static pods of 4 and 2 CPUs leave one exclusive CPU (CPU 0 is kubecpu's reserved one; the kubelet reserves
     none and admits pods up to its 8 CPUs); each container's first instruction runs on its own exclusive CPUs. A
     third pod of 2 CPUs: the kubelet admits it, the hook refuses its container (no exclusive CPUs), and the kubelet,
@@ -66,7 +66,8 @@ def test_a_container_the_hook_refuses_is_retried_by_the_kubelet_and_runs_once_cp
             print("first instructions: %s; late refused %d times" % (
                 {name: sorted(c) for name, c in first.items()}, tries))
             assert len(first["late"]) == 2 and 0 not in first["late"] and not first["late"] & first["mid"]
-            running = all_running(lab, ["mid-uid", late])
+            running = wait_for(lambda: all_running(lab, ["mid-uid", late]), START_TIMEOUT,
+                               "the runtime saying late runs")  # it may print before containerd says so
             for uid, name in (("mid-uid", "mid"), (late, "late")):
                 assert cpus(lab.allowed_cpus(running[uid])) == first[name]
             assert kubelet.state().get("policyName") == "none" and not kubelet.state().get("entries")

@@ -127,8 +127,8 @@ def kept_through_two_reconcile_periods(guest, want):
     policy none) and every pod the same container on them, read again after two of its reconcile periods."""
     began = time.monotonic()
     where = {uid: (cpu_set or ALL, cpu_set or ALL) for uid, cpu_set in want.items()}
-    for _ in range(2):
-        waits.until(lambda: placed(guest) == where, "the pods on %s" % want, 240, step=1)
+    for reading in ("now", "after two reconcile periods"):
+        waits.until(lambda: placed(guest) == where, "the pods on %s %s" % (want, reading), 240, step=1)
         entries = checkpoint(guest).get("entries", {})
         assert {uid: cpus(entries[uid]["app"]) if uid in entries else None for uid in want} == want, entries
         assert active(guest)

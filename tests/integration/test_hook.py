@@ -20,6 +20,8 @@ from ansible_collections.kubecpu.cpu_manager.tests.unit.support.waits import unt
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
 FIRST_LINE = ["/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status; exec sleep 100000"]
+
+
 class HookedLab:
     """A containerd whose every container starts through the hook; the hook's state and log in ``directory``."""
 
