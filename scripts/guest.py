@@ -402,7 +402,7 @@ class Guest:
 # host core). "guest": pytest inside the guest; "host": pytest here against that guest (KUBECPU_GUEST names it).
 # The two groups are balanced by their measured minutes (scripts/test.sh's table shows each part): the node group
 # pins (discovery, pinning), runs the real kubelets (beside kubecpu's predictions through an upgrade and under the
-# planned options, a pod they reject, a corrupt checkpoint and its rebuild) and then the kubelet role's seven rollouts
+# planned options, a pod they reject, a corrupt checkpoint and its rebuild) and then the kubelet role's six rollouts
 # beside the real kubelet; the roles group keeps interrupts and daemons off exclusive CPUs (housekeeping), runs both
 # cgroup drivers on every runtime, live defragmentation, resize and rebuild (operations), CRI-O, the configurations
 # the real kubelets refuse and the fail-closed hook beside a real kubelet of policy none, and then the agent role's

@@ -3,16 +3,15 @@ as a systemd service, standalone (static pods from a manifest directory), on con
 driver, the node's own configuration in /var/lib/kubelet/config.yaml, Guaranteed static pods of 1 and 2 CPUs running.
 The rollout playbook changes it without a drain, as a fleet is changed:
 
-1. none -> static (reserved CPU 0, reconcile period 5 s, the daemons confined): first with its configuration write
-   failing (everything put back byte for byte), then for real;
+1. none -> static (reserved CPU 0, reconcile period 5 s, the daemons confined);
 2. the reservation 0 -> 0-1, which collides with the 1-CPU pod: that container moved live; the option
    full-pcpus-only on; then a reservation that needs a drain (0-5: the pods no longer fit) reported and not made;
 3. the agent role's housekeeper keeps interrupts off the kubelet's exclusive CPUs as its pods come and go; then
    static -> none with housekeeping off gives the daemons and the pods every CPU back.
 
 After each change the kubelet restarts on the checkpoint the role rewrote, and every pod runs the same container on
-the CPUs the plan said, read after two of the kubelet's reconcile periods. Seven rollouts in all: each costs a minute
-or more under emulation."""
+the CPUs the plan said, read after two of the kubelet's reconcile periods. Six rollouts in all: each costs a minute or
+two on an idle guest, four to five in the suite."""
 
 from __future__ import annotations
 
@@ -135,30 +134,14 @@ def kept_through_two_reconcile_periods(guest, want):
         time.sleep(max(0.0, began + 2 * RECONCILE - time.monotonic()))
 
 
-def test_none_to_static_without_a_drain_after_a_failed_write_put_everything_back(node, tmp_path):
-    """The rollout turns the static policy on (reserved CPU 0, the daemons confined to it). First with the
-    configuration made immutable: the write fails after the checkpoint was rewritten and the pods pinned live; the
-    previous checkpoint and configuration are back byte for byte, the containers on every CPU again, the kubelet
-    running, and the rollout says what it put back. Then for real: the kubelet restarts on the rewritten checkpoint
-    (policy static), each pod keeps its container on exclusive CPUs off CPU 0, the daemons run on CPU 0 only."""
+def test_none_to_static_without_a_drain(node, tmp_path):
+    """The rollout turns the static policy on (reserved CPU 0, the daemons confined to it): the kubelet restarts on
+    the rewritten checkpoint (policy static), each pod keeps its container on exclusive CPUs off CPU 0, the daemons
+    run on CPU 0 only. (The same change with the configuration write failing, everything put back byte for byte,
+    is failed on the systemd nodes of Molecule: extensions/molecule/podman/side_effect.yml; beside the real kubelet
+    each rollout costs the guest four to five minutes in the suite.)"""
     guest = node
     waits.until(lambda: checkpoint_policy(guest) == "none", "the kubelet's checkpoint (policy none)", 300, step=2)
-    before = files(guest)
-    guest.ssh(["chattr", "+i", CONFIG])
-    try:
-        failed = playbook(guest, tmp_path, ROLLOUT, group="kubelet_nodes", check=False, extra=KUBELET_VARS)
-    finally:
-        guest.ssh(["chattr", "-i", CONFIG])
-    said = [line for line in failed.stdout.splitlines() if "-- rolled back:" in line]
-    print("the failed configuration write: %s" % said[:1])
-    want = ["Operation not permitted", "-- rolled back: the previous checkpoint was put back from",
-            "the containers it moved were moved back", "the configuration was not changed"]
-    assert failed.returncode != 0 and said, failed.stdout[-6000:]
-    assert [part for part in want if part not in failed.stdout] == [], failed.stdout[-6000:]
-    assert files(guest) == before
-    waits.until(lambda: active(guest), "the kubelet running on the files put back", 300, step=2)
-    kept_through_two_reconcile_periods(guest, dict.fromkeys(PODS))
-
     done = playbook(guest, tmp_path, ROLLOUT, group="kubelet_nodes", extra=KUBELET_VARS)
     assert "Write the rewritten checkpoint and push the moved containers' cpusets" in done.stdout
     state = checkpoint(guest)
