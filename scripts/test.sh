@@ -19,7 +19,10 @@ timings_shown=""
 timings() {
   [[ -z $timings_shown ]] || return 0
   timings_shown=1
-  local end=$((SECONDS - started)) i next
+  local end=$((SECONDS - started)) i next junit=()
+  # the failed tests first (a long run is often read from its end): from the JUnit files written so far
+  for i in tests/output/junit-integration.xml tests/output/guest/junit-guest-*.xml; do [[ -f $i ]] && junit+=("$i"); done
+  ((${#junit[@]})) && { python3 scripts/failures.py "${junit[@]}" || true; }
   printf '\n--- timings (seconds) ---\n'
   for i in "${!stage_names[@]}"; do
     next=${stage_starts[i + 1]:-$end}

@@ -22,10 +22,12 @@ SLEEP = ["/bin/sleep", "infinity"]
 
 def static_pod(name: str, count: int, image: str, command: Sequence[str] = tuple(SLEEP)) -> Dict[str, Any]:
     """A Guaranteed static pod of one container ("app") with ``count`` CPUs running ``command``; its UID
-    ``<name>-uid`` (the kubelet keeps a static pod's own UID)."""
+    ``<name>-uid`` (the kubelet keeps a static pod's own UID). Removed, it is killed at once: its process is the
+    container's first (``sleep``, which a SIGTERM does not end), and the kubelet's default 30 s of grace would be
+    spent waiting."""
     quantity = {"cpu": str(count), "memory": "32Mi"}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "default", "uid": "%s-uid" % name},
-            "spec": {"hostNetwork": True, "containers": [{
+            "spec": {"hostNetwork": True, "terminationGracePeriodSeconds": 1, "containers": [{
                 "name": "app", "image": image, "imagePullPolicy": "Never", "command": list(command),
                 "resources": {"requests": quantity, "limits": quantity}}]}}

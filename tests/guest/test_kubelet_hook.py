@@ -19,6 +19,10 @@ MINOR = "1.37"
 FIRST_LINE = ["/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status; exec sleep infinity"]
 PYTHON = "/usr/bin/python3"  # the node's own, as the agent role installs the hook
 REFUSED = "no exclusive CPUs"  # the hook's words when every exclusive CPU is taken
+# The kubelet's longest wait before it starts a refused container again (its back-off doubles from 10 s up to 300 s by
+# default): a node that relies on the hook's refusals wants its retries soon, and the test must not depend on how many
+# refusals the guest's load allowed before CPUs were free (the next try after 5 refusals would come 160 s later)
+RETRY = {"maxContainerRestartPeriod": "10s"}
 
 
 def test_a_container_the_hook_refuses_is_retried_by_the_kubelet_and_runs_once_cpus_are_free(
@@ -44,7 +48,7 @@ def test_a_container_the_hook_refuses_is_retried_by_the_kubelet_and_runs_once_cp
         agent = Pinner(lab, str(agent_dir), "agent", ["--reserved-cpus", "0", "--kubelet-state", checkpoint])
         agent.start()
         _change, config = planned(Desired(policy="none"), MINOR, tmp_path, lab)
-        kubelet = Kubelet(kubelet_binaries[MINOR], str(kubelet_dir), config)
+        kubelet = Kubelet(kubelet_binaries[MINOR], str(kubelet_dir), dict(config, crashLoopBackOff=RETRY))
         kubelet.start()
         try:
             kubelet.up(MINOR)
