@@ -109,7 +109,7 @@ class NonePolicy:
         self.topology = topo
         self.reserved = EMPTY
 
-    def start(self, state: CPUState) -> None:
+    def start(self, state: CPUState, *, running: bool = False) -> None:
         """Nothing to validate: the none policy keeps no assignments."""
 
     def allocate(self, state: CPUState, pod: Pod, container: str, numa_affinity: Optional[Iterable[int]] = None, *,
@@ -164,14 +164,21 @@ class StaticPolicy:
             return self.topology.all_cpus.difference(self.reserved)
         return self.topology.all_cpus
 
-    def start(self, state: CPUState) -> None:
-        """validateState: fill a fresh state, or check a restored one against the node."""
+    def start(self, state: CPUState, *, running: bool = False) -> None:
+        """validateState: fill a fresh state, or check a restored one against the node.
+
+        ``running``: the state of a manager that is running, not starting (kubecpu's own operations on its state
+        file). Under strict-cpu-reservation a running kubelet hands out its last shared CPU, and its checkpoint then
+        has an empty default set; it refuses to start on that file ("default cpuset cannot be empty"), but while it
+        runs it still releases and refuses as usual. So does kubecpu (docs/ALGORITHM.md, D4): the rest of the
+        validation still applies."""
         everything = self.all_cpus()
         if not state.default:
-            if state.entries:
+            if not state.entries:
+                state.default = everything
+                return
+            if not (running and self.options.strict_cpu_reservation):
                 raise StateError("default cpuset cannot be empty")
-            state.default = everything
-            return
         if self.options.strict_cpu_reservation:
             present = self.reserved.intersection(state.default)
             if present:
@@ -300,7 +307,7 @@ class Policy(Protocol):
     topology: Topology
     reserved: CPUSet
 
-    def start(self, state: CPUState) -> None: ...
+    def start(self, state: CPUState, *, running: bool = False) -> None: ...
 
     def allocate(self, state: CPUState, pod: Pod, container: str, numa_affinity: Optional[Iterable[int]] = None, *,
                  prefer: Optional[CPUSet] = None, within: Optional[CPUSet] = None) -> Allocation: ...

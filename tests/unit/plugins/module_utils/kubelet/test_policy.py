@@ -182,6 +182,48 @@ def test_strict_reservation_keeps_reserved_cpus_out_of_the_shared_pool():
     assert str(state.default) == "1-5,7-11"
 
 
+FULL = {"p": {"app-0": CPUSet.parse("1-5,7-11")}}  # every CPU but the strictly reserved 0 and 6, handed out
+
+
+@pytest.mark.parametrize("strict, running, entries, error", [
+    # a kubelet's start (validateState): an empty default set with assignments is refused, strict or not
+    (True, False, FULL, "default cpuset cannot be empty"),
+    (False, False, FULL, "default cpuset cannot be empty"),
+    # a running manager under strict reservation holds it (the kubelet hands out its last shared CPU)
+    (True, True, FULL, None),
+    # ... but only that: without strict reservation the reserved CPUs are always shared
+    (False, True, FULL, "default cpuset cannot be empty"),
+    # ... and what is handed out must still account for every CPU
+    (True, True, {"p": {"app-0": CPUSet.parse("1-5,7-10")}},
+     'current set of available CPUs "1-5,7-11" doesn\'t match with CPUs in state "1-5,7-10"'),
+    (True, True, {"p": {"app-0": CPUSet.parse("0-5,7-11")}},
+     'current set of available CPUs "1-5,7-11" doesn\'t match with CPUs in state "0-5,7-11"'),
+])
+def test_an_empty_shared_pool_is_a_running_managers_state_under_strict_reservation_only(strict, running, entries,
+                                                                                         error):
+    policy = StaticPolicy(fixture("topoDualSocketHT"), 2, None, {"strict-cpu-reservation": "true"} if strict else None)
+    state = CPUState("static", CPUSet(), entries)
+    if error is None:
+        policy.start(state, running=running)
+        assert not state.default and state.entries == entries
+        return
+    with pytest.raises(KubecpuError) as err:
+        policy.start(state, running=running)
+    assert str(err.value) == error
+
+
+def test_a_full_node_under_strict_reservation_releases_and_refuses_as_the_running_kubelet():
+    """Every shared CPU handed out: the next request is refused in the kubelet's words, a release gives CPUs back."""
+    policy = StaticPolicy(fixture("topoDualSocketHT"), 2, None, {"strict-cpu-reservation": "true"})
+    state = CPUState("static", CPUSet(), {pod: dict(containers) for pod, containers in FULL.items()})
+    policy.start(state, running=True)
+    with pytest.raises(KubecpuError) as err:
+        policy.allocate(state, _pod(["1"], uid="q"), "app-0")
+    assert str(err.value) == "not enough cpus available to satisfy request: requested=1, available=0"
+    assert policy.remove_container(state, "p", "app-0") == CPUSet.parse("1-5,7-11")
+    assert str(state.default) == "1-5,7-11" and not state.entries
+
+
 def test_non_guaranteed_and_fractional_containers_use_the_shared_pool():
     policy = StaticPolicy(fixture("topoSingleSocketHT"), 1)
     state = CPUState("static")

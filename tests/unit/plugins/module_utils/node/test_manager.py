@@ -145,6 +145,28 @@ def test_not_enough_cpus_is_an_error_and_nothing_is_recorded(tmp_path):
     assert rt.read(big) == "0-7"  # it stays in the shared pool
 
 
+def test_a_full_node_under_strict_reservation_goes_on_releasing_and_refusing(tmp_path):
+    """Strict reservation (CPU 0), every other CPU handed out: the file has an empty shared pool, which a kubelet
+    refuses to start on; kubecpu, a running manager, still refuses the next container in the kubelet's words and
+    gives CPUs back when a pod goes."""
+    manager, rt = node(tmp_path, **{"strict-cpu-reservation": "true"})
+    three, four = rt.add("pod-3", "app", "Guaranteed", 3000), rt.add("pod-4", "app", "Guaranteed", 4000)
+    assert not manager.reconcile().errors
+    assert not manager.store.load().default
+    one = rt.add("pod-1", "app", "Guaranteed", 1000)
+    plan = manager.reconcile()
+    assert [e["error"] for e in plan.errors] == [
+        "cannot allocate 1 exclusive CPUs for container default/pod-1/app: not enough cpus available to satisfy "
+        "request: requested=1, available=0; it stays in the shared pool"]
+    assert set(manager.store.load().entries) == {"pod-3", "pod-4"}
+    # the refused container keeps what the runtime gave it: the shared pool is empty, nothing to confine it to (the
+    # kubelet's reconcile skips a container whose set is empty too)
+    assert (rt.read(three), rt.read(four), rt.read(one)) == ("1,4-5", "2-3,6-7", "0-7")
+    rt.remove(three)
+    assert not manager.reconcile().errors
+    assert set(manager.store.load().entries) == {"pod-1", "pod-4"} and rt.read(four) == "2-3,6-7"
+
+
 def test_container_vanishing_before_its_update_is_skipped_not_an_error(tmp_path):
     manager, rt = node(tmp_path)
     g = rt.add("pod-g", "app", "Guaranteed", 1000)
