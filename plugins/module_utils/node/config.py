@@ -92,6 +92,9 @@ class NodeConfig(_NodeConfig):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> NodeConfig:
         self = super().__new__(cls, *args, **kwargs)
+        for name, value in zip(self._fields, self):  # paths and the endpoint go to the OS, which takes no NUL
+            if isinstance(value, str) and "\x00" in value:
+                raise ConfigError("%s must not contain a NUL character, got %r" % (name, value))
         choice(self.policy, "policy", POLICY_NAMES)
         choice(self.runtime, "runtime", RUNTIMES)
         num_reserved(self.num_reserved)

@@ -54,6 +54,8 @@ def test_settings_that_are_not_the_nodes_are_ignored_and_overrides_win():
     ({"topology_manager_policy": "strict"}, "topology_manager_policy must be one of"),
     ({"topology_manager_scope": "node"}, "topology_manager_scope must be one of container, pod"),
     ({"topology_manager_policy_options": ["x"]}, "topology_manager_policy_options must be a mapping"),
+    ({"runtime_endpoint": "\x00"}, "runtime_endpoint must not contain a NUL character"),
+    ({"state_path": "/var/lib/kubecpu/st\x00ate"}, "state_path must not contain a NUL character"),
 ])
 def test_bad_settings_are_clear_errors(overrides, text):
     with pytest.raises(ConfigError, match=text):
