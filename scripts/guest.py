@@ -412,7 +412,8 @@ GROUPS: Dict[str, Dict[str, List[str]]] = {
              "host": ["tests/guest_host/test_kubelet_role.py"]},
     "roles": {"guest": ["tests/guest/test_housekeeping.py", "tests/guest/test_drivers.py",
                         "tests/guest/test_defrag.py", "tests/guest/test_operations.py", "tests/guest/test_crio.py",
-                        "tests/guest/test_kubelet_refusals.py", "tests/guest/test_kubelet_hook.py"],
+                        "tests/guest/test_kubelet_refusals.py", "tests/guest/test_kubelet_hook.py",
+                        "tests/guest/test_kubelet_options.py"],
               "host": ["tests/guest_host/test_agent_role.py"]},
 }
 
@@ -471,7 +472,8 @@ SHARED_BUILDS: Dict[str, Tuple[List[Tuple[List[str], Dict[str, str]]], Tuple[str
                        ("tests/guest/test_drivers.py", "tests/guest/test_defrag.py")),
     "kubelets": ([(["kubelet.sh", minor], {"kubelet": "kubelet/kubelet-%s" % minor}) for minor in KUBELETS],
                  ("tests/guest/test_kubelet.py", "tests/guest/test_kubelet_refusals.py",
-                  "tests/guest/test_kubelet_hook.py", "tests/guest_host/test_kubelet_role.py")),
+                  "tests/guest/test_kubelet_hook.py", "tests/guest/test_kubelet_options.py",
+                  "tests/guest_host/test_kubelet_role.py")),
 }
 
 

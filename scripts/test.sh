@@ -98,7 +98,7 @@ rm -f "$setup_log"
 export PATH="$root/.venv/bin:$PATH"
 
 stage ruff "ruff"
-ruff check plugins tests bin/kubecpu benchmarks scripts/lab.py scripts/guest.py scripts/guest_zipcache.py scripts/demo_node.py scripts/fleet.py extensions
+ruff check plugins tests bin/kubecpu benchmarks scripts/lab.py scripts/guest.py scripts/guest_zipcache.py scripts/demo_node.py scripts/fleet.py scripts/failures.py extensions
 stage mypy "plugins/module_utils"
 mypy
 stage yamllint "yamllint"

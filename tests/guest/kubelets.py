@@ -14,7 +14,7 @@ import subprocess
 import urllib.request
 
 import yaml
-from conftest import lab_module, wait_for
+from conftest import kubecpu, lab_module, wait_for
 from kubelet_files import BASE, RELEASES, static_pod
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import discover_sysfs
@@ -138,6 +138,16 @@ def planned(desired, minor, tmp_path, lab):
     change = plan_change(BASE, desired, discover_sysfs("/"), RELEASES[minor], state=None,
                          state_path=str(tmp_path / "root" / "cpu_manager_state"))
     return change, dict(change.config, containerRuntimeEndpoint=lab.endpoint)
+
+
+def predict(tmp_path, uid, count, *node, check=True):
+    """``bin/kubecpu allocate`` for the static pod ``uid`` (one container "app" of ``count`` CPUs) on ``node`` (its
+    flags): the JSON it printed, or (``check`` off) what it did."""
+    (tmp_path / "pod.json").write_text(json.dumps({
+        "uid": uid, "name": uid[:-len("-uid")], "namespace": "default",
+        "containers": [{"name": "app", "cpu_request": str(count), "cpu_limit": str(count), "memory_request": "32Mi",
+                        "memory_limit": "32Mi"}]}))
+    return kubecpu("allocate", *node, "--pod", str(tmp_path / "pod.json"), "--container", "app", check=check)
 
 
 def remove_static_pods(lab):

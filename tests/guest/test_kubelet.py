@@ -14,7 +14,7 @@ import json
 import time
 
 from conftest import cpus, kubecpu, settle, wait_for
-from kubelets import (RELEASES, START_TIMEOUT, Kubelet, all_running, planned, remove_static_pods,
+from kubelets import (RELEASES, START_TIMEOUT, Kubelet, all_running, planned, predict, remove_static_pods,
                       said_in)
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
@@ -85,16 +85,6 @@ def test_each_kubelet_pins_where_kubecpu_predicts_and_an_upgrade_keeps_every_pod
         if kubelet is not None:
             kubelet.stop()
         remove_static_pods(lab21)
-
-
-def predict(tmp_path, uid, count, *node, check=True):
-    """``bin/kubecpu allocate`` for the static pod ``uid`` (one container "app" of ``count`` CPUs) on ``node`` (its
-    flags): the JSON it printed, or (``check`` off) what it did."""
-    (tmp_path / "pod.json").write_text(json.dumps({
-        "uid": uid, "name": uid[:-len("-uid")], "namespace": "default",
-        "containers": [{"name": "app", "cpu_request": str(count), "cpu_limit": str(count), "memory_request": "32Mi",
-                        "memory_limit": "32Mi"}]}))
-    return kubecpu("allocate", *node, "--pod", str(tmp_path / "pod.json"), "--container", "app", check=check)
 
 
 RECONCILE = 5  # seconds: PLANNED's cpuManagerReconcilePeriod
