@@ -106,8 +106,8 @@ def test_under_each_option_and_topology_manager_policy_the_kubelet_pins_where_ku
         assert kubelet.proc.poll() is None, kubelet.log()
         for uid in uids:
             settle(lab21, {"name": uid, "containers": {"app": running[uid]}}, cpus(got["entries"][uid]["app"]))
-        print("kubelet %s, %s: %s; kubecpu predicted %s" % (RELEASES[minor], case.what, got["entries"],
-                                                             want["entries"]))
+        print("kubelet %s, %s: %s; kubecpu predicted %s"
+              % (RELEASES[minor], case.what, got["entries"], want["entries"]))
         if not got["defaultCpuSet"]:  # full under strict reservation: the kubelet cannot start on its checkpoint
             kubelet.stop()
             refused = kubecpu("state", *node[:6], "--option", "strict-cpu-reservation", "--state", kubelet.checkpoint,

@@ -199,8 +199,8 @@ FULL = {"p": {"app-0": CPUSet.parse("1-5,7-11")}}  # every CPU but the strictly 
     (True, True, {"p": {"app-0": CPUSet.parse("0-5,7-11")}},
      'current set of available CPUs "1-5,7-11" doesn\'t match with CPUs in state "0-5,7-11"'),
 ])
-def test_an_empty_shared_pool_is_a_running_managers_state_under_strict_reservation_only(strict, running, entries,
-                                                                                         error):
+def test_an_empty_shared_pool_is_a_running_managers_state_under_strict_reservation_only(
+        strict, running, entries, error):
     policy = StaticPolicy(fixture("topoDualSocketHT"), 2, None, {"strict-cpu-reservation": "true"} if strict else None)
     state = CPUState("static", CPUSet(), entries)
     if error is None:
