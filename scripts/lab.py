@@ -533,6 +533,10 @@ class Lab:
             return self.cgroup_file(cid, "cpuset.cpus") or self.cgroup_file(cid, "cpuset.cpus.effective")
         return self.cgroup_file(cid, "cpuset.cpus")
 
+    def placement(self, cid: str) -> Dict[str, str]:
+        """Where the container runs: its cgroup's cpuset and its first process's allowed CPUs."""
+        return {"cgroup": self.cgroup_cpus({}, cid), "proc": self.allowed_cpus(cid)}
+
     def allowed_cpus(self, cid: str) -> str:
         """Cpus_allowed_list of the container's first process."""
         info = self.cri.status_info(cid)
@@ -720,8 +724,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("lab.py: no lab was started in %s" % args.dir, file=sys.stderr)
         return 0 if args.command == "stop" else 2
     if args.command == "cpus":  # what cgroupfs and the kernel say of one container
-        print(json.dumps({"cgroup": lab.cgroup_cpus({}, args.container_id),
-                          "proc": lab.allowed_cpus(args.container_id)}))
+        print(json.dumps(lab.placement(args.container_id)))
         lab.detach()
         return 0
     if args.command == "restart":  # containerd again on its config.toml as it is now (an edit taken), pods kept
@@ -733,8 +736,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         lab.detach()
         return 0
     if args.command == "ps":  # the running containers, whoever made them (a kubelet's too), and where they run
-        print(json.dumps({item.pod_uid: {"id": item.id, "cgroup": lab.cgroup_cpus({}, item.id),
-                                         "proc": lab.allowed_cpus(item.id)}
+        print(json.dumps({item.pod_uid: dict(lab.placement(item.id), id=item.id)
                           for item in lab.cri.list_containers() if item.state == "CONTAINER_RUNNING"}))
         lab.detach()
         return 0

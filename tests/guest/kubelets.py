@@ -15,7 +15,7 @@ import urllib.request
 
 import yaml
 from conftest import kubecpu, lab_module, wait_for
-from kubelet_files import BASE, RELEASES, static_pod
+from kubelet_files import BASE, RELEASES, SLEEP, static_pod
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import discover_sysfs
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import plan_change
@@ -105,8 +105,10 @@ class Kubelet:
         except (OSError, ValueError):
             return {}
 
-    def add(self, name, count, order, **command):
-        pod = static_pod(name, count, lab_module.BUSYBOX_IMAGE, **command)
+    def add(self, name, count, order, command=SLEEP):
+        """Static pod ``name`` (``count`` CPUs, running ``command``) into the manifest directory, as file ``order``;
+        its UID."""
+        pod = static_pod(name, count, lab_module.BUSYBOX_IMAGE, command)
         with open(os.path.join(self.manifests, "%d-%s.yaml" % (order, name)), "w", encoding="utf-8") as handle:
             yaml.safe_dump(pod, handle)
         return pod["metadata"]["uid"]

@@ -11,6 +11,7 @@ Machine: CPUs 2n and 2n+1 are one core; NUMA node 0 = CPUs 0-3, node 1 = CPUs 4-
 from __future__ import annotations
 
 import json
+import os
 import time
 
 from conftest import cpus, kubecpu, settle, wait_for
@@ -104,7 +105,7 @@ def test_on_the_planned_configuration_a_corrupt_checkpoint_is_refused_as_kubecpu
     it with. The kubelet stops and its checkpoint's checksums are broken. ``bin/kubecpu state`` refuses the file in
     the words the kubelet then refuses to start with. ``state --rebuild --kubelet-stopped`` rebuilds it from what
     runs; the kubelet starts on it, and after two of its reconcile periods every pod runs the same container on the
-    same CPUs."""
+    same CPUs. Then the checkpoint is lost (removed with the kubelet stopped): rebuilt the same way, the same."""
     minor, binary = kubelet_binary
     change, config = planned(PLANNED, minor, tmp_path, lab21)
     kubelet = Kubelet(binary, str(tmp_path), config)
@@ -143,34 +144,40 @@ def test_on_the_planned_configuration_a_corrupt_checkpoint_is_refused_as_kubecpu
         running = wait_for(lambda: all_running(lab21, uids) or kubelet.proc.poll() is not None, START_TIMEOUT,
                            "kubelet %s running its static pods" % minor)
         assert kubelet.proc.poll() is None, kubelet.log()
-        kubelet.stop()
-        kept = kubelet.state()
-        assert set(kept["entries"]) == set(uids)
-        broken = dict(kept, checksum=kept["checksum"] + 1)
-        if "dataChecksum" in kept:  # 1.37's V4: its data's checksum too
-            broken["dataChecksum"] = kept["dataChecksum"] + 1
-        with open(kubelet.checkpoint, "w", encoding="utf-8") as handle:
-            json.dump(broken, handle, separators=(",", ":"))
-        said = kubecpu("state", *node, check=False)
-        assert said.returncode != 0 and said.stderr.strip()
-        kubelet.start()
-        assert said_in(said.stderr.strip(), kubelet.refused(minor)), said.stderr
-        print("kubelet %s and kubecpu refuse it: %s" % (RELEASES[minor], said.stderr.strip()))
-
-        kubecpu("state", "--rebuild", "--kubelet-stopped", *node, "--runtime", "cri", "--runtime-endpoint",
-                lab21.endpoint, "--runtime-timeout", "30")
-        kubelet.start()
-        kubelet.up(minor)
-        began = time.monotonic()
-        while time.monotonic() - began <= 2 * RECONCILE + 1:  # watched through two of its reconcile periods
-            assert kubelet.proc.poll() is None, kubelet.log()
-            assert kubelet.state()["entries"] == kept["entries"]
-            time.sleep(0.5)
-        got = kubelet.state()
-        assert (got["entries"], got["defaultCpuSet"]) == (kept["entries"], kept["defaultCpuSet"])
-        assert all_running(lab21, uids) == running  # the same containers: none restarted
-        for uid in uids:
-            settle(lab21, {"name": uid, "containers": {"app": running[uid]}}, cpus(kept["entries"][uid]["app"]))
+        kept = None
+        for damage in ("corrupt", "lost"):
+            kubelet.stop()
+            kept = kept or kubelet.state()
+            assert set(kept["entries"]) == set(uids)
+            if damage == "corrupt":
+                broken = dict(kept, checksum=kept["checksum"] + 1)
+                if "dataChecksum" in kept:  # 1.37's V4: its data's checksum too
+                    broken["dataChecksum"] = kept["dataChecksum"] + 1
+                with open(kubelet.checkpoint, "w", encoding="utf-8") as handle:
+                    json.dump(broken, handle, separators=(",", ":"))
+                said = kubecpu("state", *node, check=False)
+                assert said.returncode != 0 and said.stderr.strip()
+                kubelet.start()
+                assert said_in(said.stderr.strip(), kubelet.refused(minor))
+                print("kubelet %s and kubecpu refuse it: %s" % (RELEASES[minor], said.stderr.strip()))
+            else:  # lost: a kubelet would start afresh and hand the running pods' CPUs out again
+                os.unlink(kubelet.checkpoint)
+            kubecpu("state", "--rebuild", "--kubelet-stopped", *node, "--runtime", "cri", "--runtime-endpoint",
+                    lab21.endpoint, "--runtime-timeout", "30")
+            kubelet.start()
+            kubelet.up(minor)
+            began = time.monotonic()
+            while time.monotonic() - began <= 2 * RECONCILE + 1:  # watched through two of its reconcile periods
+                assert kubelet.proc.poll() is None, kubelet.log()
+                assert kubelet.state()["entries"] == kept["entries"]
+                time.sleep(0.5)
+            got = kubelet.state()
+            assert (got["entries"], got["defaultCpuSet"]) == (kept["entries"], kept["defaultCpuSet"])
+            assert all_running(lab21, uids) == running  # the same containers: none restarted
+            for uid in uids:
+                settle(lab21, {"name": uid, "containers": {"app": running[uid]}}, cpus(kept["entries"][uid]["app"]))
+            print("kubelet %s, the checkpoint %s and rebuilt: it starts on it and keeps %s"
+                  % (RELEASES[minor], damage, got["entries"]))
     finally:
         kubelet.stop()
         remove_static_pods(lab21)

@@ -127,7 +127,8 @@ def kept_through_two_reconcile_periods(guest, want):
     began = time.monotonic()
     where = {uid: (cpu_set or ALL, cpu_set or ALL) for uid, cpu_set in want.items()}
     for reading in ("now", "after two reconcile periods"):
-        waits.until(lambda: placed(guest) == where, "the pods on %s %s" % (want, reading), 240, step=1)
+        # each look is an SSH round trip and a Python start in the guest: not more than every 3 s
+        waits.until(lambda: placed(guest) == where, "the pods on %s %s" % (want, reading), 240, step=3)
         entries = checkpoint(guest).get("entries", {})
         assert {uid: cpus(entries[uid]["app"]) if uid in entries else None for uid in want} == want, entries
         assert active(guest)
