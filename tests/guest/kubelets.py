@@ -21,6 +21,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discov
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import plan_change
 
 START_TIMEOUT = 300  # a kubelet's start under emulation: about 25 s idle
+REPORTED = ("cpuManagerPolicy", "cpuManagerPolicyOptions", "reservedSystemCPUs", "cpuManagerReconcilePeriod",
+            "topologyManagerPolicy", "topologyManagerScope")  # what the role sets, as /configz reports it
 
 
 class Kubelet:
@@ -84,6 +86,17 @@ class Kubelet:
                             "its /configz")
         assert reported is not True, self.log()  # it exited instead
         return reported["kubeletconfig"]
+
+    def runs(self, config):
+        """It reports (/configz) each CPU-manager and Topology-Manager key that ``config`` sets, and each feature
+        gate, as ``config`` has them (a key left out takes the kubelet's default); those keys as it reports them."""
+        running = self.configz()
+        reported = {key: running.get(key) for key in REPORTED}
+        assert {key: reported[key] for key in REPORTED if key in config} == {
+            key: config[key] for key in REPORTED if key in config}, (reported, config)
+        for gate, on in (config.get("featureGates") or {}).items():
+            assert running["featureGates"][gate] == on, (gate, running["featureGates"])
+        return reported
 
     def rejected(self, uid, minor):
         """The status of static pod ``uid`` once the kubelet has rejected it at admission (its /pods: a kubelet with

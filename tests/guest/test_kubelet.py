@@ -92,8 +92,6 @@ RECONCILE = 5  # seconds: PLANNED's cpuManagerReconcilePeriod
 PLANNED = Desired(policy="static", reserved_cpus=CPUSet.parse("0"), reconcile_period="%ds" % RECONCILE,
                   policy_options={"full-pcpus-only": "true", "distribute-cpus-across-numa": "true"},
                   topology_manager_policy="restricted", topology_manager_scope="pod")
-REPORTED = ("cpuManagerPolicy", "cpuManagerPolicyOptions", "reservedSystemCPUs", "cpuManagerReconcilePeriod",
-            "topologyManagerPolicy", "topologyManagerScope")
 
 
 def test_on_the_planned_configuration_a_corrupt_checkpoint_is_refused_as_kubecpu_says_and_a_rebuild_keeps_pods(
@@ -115,11 +113,7 @@ def test_on_the_planned_configuration_a_corrupt_checkpoint_is_refused_as_kubecpu
     kubelet.start()
     try:
         kubelet.up(minor)
-        running = kubelet.configz()
-        assert {key: running.get(key) for key in REPORTED} == {key: change.config.get(key) for key in REPORTED}
-        for gate, on in (change.config.get("featureGates") or {}).items():
-            assert running["featureGates"][gate] == on
-        print("kubelet %s /configz: %s" % (RELEASES[minor], {key: running.get(key) for key in REPORTED}))
+        print("kubelet %s /configz: %s" % (RELEASES[minor], kubelet.runs(change.config)))
         predicted = str(tmp_path / "kubecpu-state")
         options = [*node[:2], "--state", predicted, *node[4:], "--topology-manager-policy", "restricted",
                    "--topology-manager-scope", "pod"]
