@@ -118,7 +118,7 @@ class Kubelet:
         except (OSError, ValueError):
             return {}
 
-    def add(self, name, count, order, command=SLEEP):
+    def add(self, name, count, order, command=tuple(SLEEP)):
         """Static pod ``name`` (``count`` CPUs, running ``command``) into the manifest directory, as file ``order``;
         its UID."""
         pod = static_pod(name, count, lab_module.BUSYBOX_IMAGE, command)

@@ -57,10 +57,10 @@ CASES = (
 @pytest.mark.parametrize("case", CASES, ids=[case.what.split(";")[0].split(",")[0] for case in CASES])
 def test_under_each_option_and_topology_manager_policy_the_kubelet_pins_where_kubecpu_predicts(
         kubelet_binary, lab21, tmp_path, case):
-    """The kubelet runs the configuration the role planned (its /configz). The pods, in order, each put into the kubelet's manifest directory once the one before is admitted or
-    rejected. After each: its checkpoint is kubecpu's state after the same allocations (its checksums too); a pod the
-    kubelet rejects (its /pods: phase Failed, the reason) is one ``bin/kubecpu allocate`` refuses. In the end each
-    running container's cgroup and first process are on its CPUs. When the node is full under strict-cpu-reservation
+    """The kubelet runs the configuration the role planned (its /configz). The pods, in order, each put into the
+    kubelet's manifest directory once the one before is admitted or rejected. After each: its checkpoint is
+    kubecpu's state after the same allocations (its checksums too); a pod the kubelet rejects (its /pods: phase
+    Failed, the reason) is one ``bin/kubecpu allocate`` refuses. In the end each running container's cgroup and first process are on its CPUs. When the node is full under strict-cpu-reservation
     (the shared pool empty), the kubelet cannot start again on its own checkpoint: ``bin/kubecpu state`` says so in
     its words, and so does the role's planning."""
     minor, binary = kubelet_binary
