@@ -60,9 +60,10 @@ def test_under_each_option_and_topology_manager_policy_the_kubelet_pins_where_ku
     """The kubelet runs the configuration the role planned (its /configz). The pods, in order, each put into the
     kubelet's manifest directory once the one before is admitted or rejected. After each: its checkpoint is
     kubecpu's state after the same allocations (its checksums too); a pod the kubelet rejects (its /pods: phase
-    Failed, the reason) is one ``bin/kubecpu allocate`` refuses. In the end each running container's cgroup and first process are on its CPUs. When the node is full under strict-cpu-reservation
-    (the shared pool empty), the kubelet cannot start again on its own checkpoint: ``bin/kubecpu state`` says so in
-    its words, and so does the role's planning."""
+    Failed, the reason) is one ``bin/kubecpu allocate`` refuses. In the end each running container's cgroup and
+    first process are on its CPUs. When the node is full under strict-cpu-reservation (the shared pool empty), the
+    kubelet cannot start again on its own checkpoint: ``bin/kubecpu state`` says so in its words, and so does the
+    role's planning."""
     minor, binary = kubelet_binary
     change, config = planned(case.desired, minor, tmp_path, lab21)
     kubelet = Kubelet(binary, str(tmp_path), config)
