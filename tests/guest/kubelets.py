@@ -21,6 +21,17 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discov
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import plan_change
 
 START_TIMEOUT = 300  # a kubelet's start under emulation: about 25 s idle
+# How often a test looks at a kubelet: each look is a request to it (its /pods over TLS), a CRI list or a read of its
+# checkpoint, and what is waited for takes seconds here; looking 20 times a second kept the kubelet and containerd
+# busy on the guest's CPUs that the things waited for need
+STEP = 0.5
+
+
+def wait_on(condition, timeout, what):
+    """``wait_for`` at the kubelet's pace (STEP)."""
+    return wait_for(condition, timeout, what, step=STEP)
+
+
 REPORTED = ("cpuManagerPolicy", "cpuManagerPolicyOptions", "reservedSystemCPUs", "cpuManagerReconcilePeriod",
             "topologyManagerPolicy", "topologyManagerScope")  # what the role sets, as /configz reports it
 
@@ -57,12 +68,12 @@ class Kubelet:
 
     def up(self, minor):
         """Started and healthy (fails with its log when it exits instead)."""
-        wait_for(lambda: self.proc.poll() is not None or self.healthy(), START_TIMEOUT, "kubelet %s healthy" % minor)
+        wait_on(lambda: self.proc.poll() is not None or self.healthy(), START_TIMEOUT, "kubelet %s healthy" % minor)
         assert self.proc.poll() is None, self.log()
 
     def refused(self, minor):
         """It exits at its start; what it logged on this start."""
-        wait_for(lambda: self.proc.poll() is not None, START_TIMEOUT, "kubelet %s refusing to start" % minor)
+        wait_on(lambda: self.proc.poll() is not None, START_TIMEOUT, "kubelet %s refusing to start" % minor)
         assert self.proc.returncode != 0
         with open(os.path.join(self.dir, "kubelet.log"), encoding="utf-8", errors="replace") as handle:
             handle.seek(self.offset)
@@ -82,8 +93,8 @@ class Kubelet:
     def configz(self):
         """The configuration it runs, as it reports it (/configz on its server, which may listen a little after its
         health endpoint answers)."""
-        reported = wait_for(lambda: self.server("/configz") or self.proc.poll() is not None, START_TIMEOUT,
-                            "its /configz")
+        reported = wait_on(lambda: self.server("/configz") or self.proc.poll() is not None, START_TIMEOUT,
+                           "its /configz")
         assert reported is not True, self.log()  # it exited instead
         return reported["kubeletconfig"]
 
@@ -107,7 +118,7 @@ class Kubelet:
                 if pod["metadata"].get("uid") == uid and pod.get("status", {}).get("phase") == "Failed":
                     return pod["status"]
             return self.proc.poll() is not None
-        status = wait_for(failed, START_TIMEOUT, "kubelet %s rejecting %s" % (minor, uid))
+        status = wait_on(failed, START_TIMEOUT, "kubelet %s rejecting %s" % (minor, uid))
         assert status is not True, self.log()  # it exited instead
         return status
 

@@ -14,9 +14,9 @@ import json
 import os
 import time
 
-from conftest import cpus, kubecpu, settle, wait_for
+from conftest import cpus, kubecpu, settle
 from kubelets import (RELEASES, START_TIMEOUT, Kubelet, all_running, planned, predict, remove_static_pods,
-                      said_in)
+                      said_in, wait_on)
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import discover_sysfs
@@ -60,20 +60,20 @@ def test_each_kubelet_pins_where_kubecpu_predicts_and_an_upgrade_keeps_every_pod
             kubelet.start()
             kubelet.up(minor)
             if uids:
-                wait_for(lambda: kubelet.state().get("entries") == kept["entries"] or kubelet.proc.poll(),
-                         START_TIMEOUT, "kubelet %s keeping the pods of %s" % (minor, sorted(uids)))
+                wait_on(lambda: kubelet.state().get("entries") == kept["entries"] or kubelet.proc.poll(),
+                        START_TIMEOUT, "kubelet %s keeping the pods of %s" % (minor, sorted(uids)))
                 assert all_running(lab21, uids.values()) == running  # the same containers: none restarted
                 print("kubelet %s started on the older file: %s" % (RELEASES[minor], kubelet.state()))
             for name, count in pods:
                 uids[name] = kubelet.add(name, count, len(uids))
                 predict(tmp_path, uids[name], count, "--topology", str(tmp_path / "topology.json"), "--state",
                         predicted, "--reserved-cpus", "0", "--kubelet-version", minor)
-                wait_for(lambda uid=uids[name]: uid in kubelet.state().get("entries", {}) or kubelet.proc.poll(),
-                         START_TIMEOUT, "kubelet %s admitting %s" % (minor, name))
+                wait_on(lambda uid=uids[name]: uid in kubelet.state().get("entries", {}) or kubelet.proc.poll(),
+                        START_TIMEOUT, "kubelet %s admitting %s" % (minor, name))
             with open(predicted, encoding="utf-8") as handle:
                 want = json.load(handle)
-            running = wait_for(lambda: all_running(lab21, uids.values()) or kubelet.proc.poll() is not None,
-                               START_TIMEOUT, "kubelet %s running its %d static pods" % (minor, len(uids)))
+            running = wait_on(lambda: all_running(lab21, uids.values()) or kubelet.proc.poll() is not None,
+                              START_TIMEOUT, "kubelet %s running its %d static pods" % (minor, len(uids)))
             assert kubelet.proc.poll() is None, kubelet.log()
             got = kubelet.state()
             assert got["entries"] == want["entries"], (got, want)
@@ -121,8 +121,8 @@ def test_on_the_planned_configuration_a_corrupt_checkpoint_is_refused_as_kubecpu
         for order, name in enumerate(("two", "pair")):  # one at a time, as in the test above
             uids.append(kubelet.add(name, 2, order))
             predict(tmp_path, uids[-1], 2, *options)
-            wait_for(lambda: uids[-1] in kubelet.state().get("entries", {}) or kubelet.proc.poll(), START_TIMEOUT,
-                     "kubelet %s admitting %s" % (minor, name))
+            wait_on(lambda: uids[-1] in kubelet.state().get("entries", {}) or kubelet.proc.poll(), START_TIMEOUT,
+                    "kubelet %s admitting %s" % (minor, name))
         with open(predicted, encoding="utf-8") as handle:
             assert kubelet.state() == json.load(handle)  # the same CPUs under the options, file for file
         # a pod of 1 CPU: full-pcpus-only refuses it (a core has 2 CPUs); the kubelet keeps the rejected static pod's
@@ -135,8 +135,8 @@ def test_on_the_planned_configuration_a_corrupt_checkpoint_is_refused_as_kubecpu
         assert refused.stderr.strip() in status["message"]
         assert "odd-uid" not in kubelet.state()["entries"]
         kubelet.remove("odd", 2)
-        running = wait_for(lambda: all_running(lab21, uids) or kubelet.proc.poll() is not None, START_TIMEOUT,
-                           "kubelet %s running its static pods" % minor)
+        running = wait_on(lambda: all_running(lab21, uids) or kubelet.proc.poll() is not None, START_TIMEOUT,
+                          "kubelet %s running its static pods" % minor)
         assert kubelet.proc.poll() is None, kubelet.log()
         kept = None
         for damage in ("corrupt", "lost"):

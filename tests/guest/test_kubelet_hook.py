@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from conftest import CONTAINERD_2, KUBECPU, Pinner, cpus, lab_module, local_copy, wait_for
-from kubelets import START_TIMEOUT, Kubelet, all_running, planned, remove_static_pods
+from conftest import CONTAINERD_2, KUBECPU, Pinner, cpus, lab_module, local_copy
+from kubelets import START_TIMEOUT, Kubelet, all_running, planned, remove_static_pods, wait_on
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import hook_spec
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import Desired
@@ -60,8 +60,8 @@ def test_a_container_the_hook_refuses_is_retried_by_the_kubelet_and_runs_once_cp
             assert not first["big"] & first["mid"]
 
             late = kubelet.add("late", 2, 2, command=FIRST_LINE)
-            refusals = wait_for(lambda: [a for a in hook_spec.answers(log) if a["rc"] != 0 and REFUSED in a["err"]],
-                                START_TIMEOUT, "the hook refusing late's container")
+            refusals = wait_on(lambda: [a for a in hook_spec.answers(log) if a["rc"] != 0 and REFUSED in a["err"]],
+                               START_TIMEOUT, "the hook refusing late's container")
             assert all_running(lab, [late]) is None
             print("the hook refused late: %s" % refusals[0]["err"].strip())
             kubelet.remove("big", 0)
@@ -70,8 +70,8 @@ def test_a_container_the_hook_refuses_is_retried_by_the_kubelet_and_runs_once_cp
             print("first instructions: %s; late refused %d times" % (
                 {name: sorted(c) for name, c in first.items()}, tries))
             assert len(first["late"]) == 2 and 0 not in first["late"] and not first["late"] & first["mid"]
-            running = wait_for(lambda: all_running(lab, ["mid-uid", late]), START_TIMEOUT,
-                               "the runtime saying late runs")  # it may print before containerd says so
+            running = wait_on(lambda: all_running(lab, ["mid-uid", late]), START_TIMEOUT,
+                              "the runtime saying late runs")  # it may print before containerd says so
             for uid, name in (("mid-uid", "mid"), (late, "late")):
                 assert cpus(lab.allowed_cpus(running[uid])) == first[name]
             assert kubelet.state().get("policyName") == "none" and not kubelet.state().get("entries")
@@ -83,5 +83,5 @@ def test_a_container_the_hook_refuses_is_retried_by_the_kubelet_and_runs_once_cp
 
 def first_cpus(kubelet, uid, what):
     """The CPUs the pod's container ran its first instruction on (the line FIRST_LINE prints)."""
-    line = wait_for(lambda: kubelet.first_line(uid), START_TIMEOUT, "%s printing its CPUs" % what)
+    line = wait_on(lambda: kubelet.first_line(uid), START_TIMEOUT, "%s printing its CPUs" % what)
     return cpus(line.split(":", 1)[1].strip())

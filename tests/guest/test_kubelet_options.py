@@ -14,9 +14,9 @@ import json
 from typing import NamedTuple, Optional, Tuple
 
 import pytest
-from conftest import cpus, kubecpu, settle, wait_for
+from conftest import cpus, kubecpu, settle
 from kubelets import (RELEASES, START_TIMEOUT, Kubelet, all_running, planned, predict, remove_static_pods,
-                      said_in)
+                      said_in, wait_on)
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import discover_sysfs
@@ -84,8 +84,8 @@ def test_under_each_option_and_topology_manager_policy_the_kubelet_pins_where_ku
             said = predict(tmp_path, uid, pod.count, *node, "--state", predicted, check=False)
             if pod.rejected is None:
                 assert isinstance(said, dict), (pod, said.stderr)
-                wait_for(lambda: uid in kubelet.state().get("entries", {}) or kubelet.proc.poll(), START_TIMEOUT,
-                         "kubelet %s admitting %s" % (minor, pod.name))
+                wait_on(lambda: uid in kubelet.state().get("entries", {}) or kubelet.proc.poll(), START_TIMEOUT,
+                        "kubelet %s admitting %s" % (minor, pod.name))
                 uids.append(uid)
                 continue
             assert said.returncode != 0 and said.stderr.strip(), (pod, said.stdout)
@@ -103,8 +103,8 @@ def test_under_each_option_and_topology_manager_policy_the_kubelet_pins_where_ku
             want = json.load(handle)
         got = kubelet.state()
         assert got == want, (got, want)  # the same CPUs, file for file
-        running = wait_for(lambda: all_running(lab21, uids) or kubelet.proc.poll() is not None, START_TIMEOUT,
-                           "kubelet %s running its static pods" % minor)
+        running = wait_on(lambda: all_running(lab21, uids) or kubelet.proc.poll() is not None, START_TIMEOUT,
+                          "kubelet %s running its static pods" % minor)
         assert kubelet.proc.poll() is None, kubelet.log()
         for uid in uids:
             settle(lab21, {"name": uid, "containers": {"app": running[uid]}}, cpus(got["entries"][uid]["app"]))
