@@ -43,7 +43,11 @@ def pytest_configure(config):
                                 "2 NUMA nodes, cgroup v2")
 
 
-def wait_for(condition, timeout, what, step=0.05):
+POLL = 0.25  # seconds between looks: what a guest test waits for takes seconds, and its looks (CRI calls, the state
+# file, /proc/irq, irqbalance's socket) run on the same emulated CPUs as what it waits for
+
+
+def wait_for(condition, timeout, what, step=POLL):
     """Poll ``condition`` every ``step`` seconds until it is true (its value); fail naming ``what`` after ``timeout``
     seconds."""
     return waits.until(condition, what, timeout, step=step)
@@ -264,8 +268,8 @@ class Pinner:
 def settle(lab, pod, want, name="app", timeout=120):
     """The container's first process allowed exactly ``want`` (a set), and its cgroup saying the same."""
     cid = pod["containers"][name]
-    wait_for(lambda: cpus(proc_status(lab, cid)) == want, timeout,  # each look a CRI status call: 4 a second
-             "%s/%s on CPUs %s (has %s)" % (pod["name"], name, sorted(want), proc_status(lab, cid)), step=0.25)
+    wait_for(lambda: cpus(proc_status(lab, cid)) == want, timeout,
+             "%s/%s on CPUs %s (has %s)" % (pod["name"], name, sorted(want), proc_status(lab, cid)))
     cgroup = lab.cgroup_cpus(pod, cid)
     assert cpus(cgroup) == want
     print("read back: %s/%s Cpus_allowed_list %s (/proc), cpuset.cpus.effective %s (cgroupfs)"
