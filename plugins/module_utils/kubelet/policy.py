@@ -170,8 +170,8 @@ class StaticPolicy:
         ``running``: the state of a manager that is running, not starting (kubecpu's own operations on its state
         file). Under strict-cpu-reservation a running kubelet hands out its last shared CPU, and its checkpoint then
         has an empty default set; it refuses to start on that file ("default cpuset cannot be empty"), but while it
-        runs it still releases and refuses as usual. So does kubecpu (docs/ALGORITHM.md, D4): the rest of the
-        validation still applies."""
+        runs it still releases and refuses as usual. So does kubecpu, as the real kubelet showed (REAL_KUBELET.md,
+        "Differences found"): the rest of the validation still applies."""
         everything = self.all_cpus()
         if not state.default:
             if not state.entries:
