@@ -81,7 +81,7 @@ class NodeManager:
     def _load(self) -> CPUState:
         state = self.store.load_or_new()
         try:
-            self.policy.start(state, running=True)  # a running manager's state (D4), not a kubelet's start
+            self.policy.start(state, running=True)  # a running manager's state, not a kubelet's start
         except StateError as exc:
             raise StateError("state file %s does not fit this node: %s" % (self.store.path, exc)) from None
         return state
