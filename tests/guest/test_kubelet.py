@@ -36,7 +36,8 @@ def test_each_kubelet_pins_where_kubecpu_predicts_and_an_upgrade_keeps_every_pod
     V2 -> V3 -> V4), as does the role's planning (no migration); the next kubelet starts on it and keeps every pod:
     the same container on the same CPUs. After each admission its checkpoint is kubecpu's state after the same
     allocations in the same order with the same version, field for field (that version's format and checksums), and
-    each container runs on its CPUs."""
+    each container runs on its CPUs. Last, full-pcpus-only is switched on as the role plans it (a restart, no
+    migration): 1.37.2 starts on its checkpoint and keeps every pod, those of 1 CPU too."""
     (tmp_path / "topology.json").write_text(json.dumps(kubecpu("topology")))
     predicted = str(tmp_path / "kubecpu-state")
     uids, kubelet, older = {}, None, None  # older: the running kubelet's minor and configuration
@@ -82,13 +83,56 @@ def test_each_kubelet_pins_where_kubecpu_predicts_and_an_upgrade_keeps_every_pod
                 settle(lab21, {"name": name, "containers": {"app": running[uids[name]]}},
                        cpus(got["entries"][uids[name]]["app"]))
             print("kubelet %s: %s; kubecpu predicted %s" % (RELEASES[minor], got["entries"], want["entries"]))
+        kubelet = whole_cores_switched_on(kubelet, older, kubelet_binaries, lab21, tmp_path, uids)
     finally:
         if kubelet is not None:
             kubelet.stop()
         remove_static_pods(lab21)
 
 
-RECONCILE = 5  # seconds: PLANNED's cpuManagerReconcilePeriod
+RECONCILE = 5  # seconds: PLANNED's and WHOLE_CORES' cpuManagerReconcilePeriod
+WHOLE_CORES = Desired(policy="static", reserved_cpus=CPUSet.parse("0"), reconcile_period="%ds" % RECONCILE,
+                      policy_options={"full-pcpus-only": "true"})
+
+
+def whole_cores_switched_on(kubelet, older, binaries, lab, tmp_path, uids):
+    """``full-pcpus-only`` switched on beside running pods of 1 CPU (one, last): the role's planning changes the
+    option (and the reconcile period) and needs no migration, so the role restarts the kubelet on the checkpoint it
+    has; the kubelet keeps every container it has there (its Allocate says "container already present in state,
+    skipping" before any alignment check): the same containers on the same CPUs through two of its reconcile
+    periods. The kubelet role's rollout makes this restart over SSH (tests/guest_host/test_kubelet_role.py, for the
+    reservation); here its plan and the kubelet's start on it. The kubelet now running."""
+    minor, config = older
+    kubelet.stop()
+    kept, running = kubelet.state(), all_running(lab, uids.values())
+    assert sorted(len(cpus(entry["app"])) for entry in kept["entries"].values()) == [1, 1, 2, 3]
+    with open(kubelet.checkpoint, "rb") as handle:
+        change = plan_change(config, WHOLE_CORES, discover_sysfs("/"), RELEASES[minor], state=handle.read(),
+                             state_path=kubelet.checkpoint)
+    assert (change.verdict_before, change.verdict_after) == (None, None)
+    assert sorted(change.changed_keys) == ["cpuManagerPolicyOptions", "cpuManagerReconcilePeriod"]
+    kubelet = Kubelet(binaries[minor], str(tmp_path), dict(change.config, containerRuntimeEndpoint=lab.endpoint))
+    kubelet.start()
+    kubelet.up(minor)
+    print("kubelet %s with full-pcpus-only: /configz %s" % (RELEASES[minor], kubelet.runs(change.config)))
+    watched_through_two_reconcile_periods(kubelet, kept)
+    assert all_running(lab, uids.values()) == running  # the same containers: none restarted
+    return kubelet
+
+
+def watched_through_two_reconcile_periods(kubelet, kept):
+    """The kubelet running and its checkpoint's entries and default set ``kept``'s, looked at through two of its
+    reconcile periods (RECONCILE)."""
+    began = time.monotonic()
+    while time.monotonic() - began <= 2 * RECONCILE + 1:
+        assert kubelet.proc.poll() is None, kubelet.log()
+        assert kubelet.state()["entries"] == kept["entries"]
+        time.sleep(0.5)
+    got = kubelet.state()
+    assert (got["entries"], got["defaultCpuSet"]) == (kept["entries"], kept["defaultCpuSet"])
+    return got
+
+
 PLANNED = Desired(policy="static", reserved_cpus=CPUSet.parse("0"), reconcile_period="%ds" % RECONCILE,
                   policy_options={"full-pcpus-only": "true", "distribute-cpus-across-numa": "true"},
                   topology_manager_policy="restricted", topology_manager_scope="pod")
@@ -160,13 +204,7 @@ def test_on_the_planned_configuration_a_corrupt_checkpoint_is_refused_as_kubecpu
                     lab21.endpoint, "--runtime-timeout", "30")
             kubelet.start()
             kubelet.up(minor)
-            began = time.monotonic()
-            while time.monotonic() - began <= 2 * RECONCILE + 1:  # watched through two of its reconcile periods
-                assert kubelet.proc.poll() is None, kubelet.log()
-                assert kubelet.state()["entries"] == kept["entries"]
-                time.sleep(0.5)
-            got = kubelet.state()
-            assert (got["entries"], got["defaultCpuSet"]) == (kept["entries"], kept["defaultCpuSet"])
+            got = watched_through_two_reconcile_periods(kubelet, kept)
             assert all_running(lab21, uids) == running  # the same containers: none restarted
             for uid in uids:
                 settle(lab21, {"name": uid, "containers": {"app": running[uid]}}, cpus(kept["entries"][uid]["app"]))
