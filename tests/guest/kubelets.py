@@ -122,6 +122,13 @@ class Kubelet:
         assert status is not True, self.log()  # it exited instead
         return status
 
+    def planned_on_checkpoint(self, config, desired, minor):
+        """The kubelet role's planning of ``desired`` for kubelet ``minor`` on a node whose configuration is
+        ``config`` and whose checkpoint is this kubelet's file, as it is now."""
+        with open(self.checkpoint, "rb") as handle:
+            return plan_change(config, desired, discover_sysfs("/"), RELEASES[minor], state=handle.read(),
+                               state_path=self.checkpoint)
+
     def state(self):
         try:
             with open(self.checkpoint, encoding="utf-8") as handle:

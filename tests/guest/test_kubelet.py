@@ -19,8 +19,7 @@ from kubelets import (RELEASES, START_TIMEOUT, Kubelet, all_running, planned, pr
                       said_in, wait_on)
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import discover_sysfs
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import Desired, plan_change
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import Desired
 
 # Guaranteed static pods (name, CPUs), each admitted by the kubelet version named, one after the other: reserved
 # CPU 0 leaves 7, all of them exclusive in the end
@@ -51,9 +50,7 @@ def test_each_kubelet_pins_where_kubecpu_predicts_and_an_upgrade_keeps_every_pod
                 taken = kubecpu("state", "--topology", str(tmp_path / "topology.json"), "--state", kubelet.checkpoint,
                                 "--reserved-cpus", "0", "--kubelet-version", minor)  # fails on a refusal
                 assert taken["entries"] == kept["entries"], taken
-                with open(kubelet.checkpoint, "rb") as handle:  # the role's planning for the new version
-                    change = plan_change(older[1], RESERVED_0, discover_sysfs("/"), RELEASES[minor],
-                                         state=handle.read(), state_path=kubelet.checkpoint)
+                change = kubelet.planned_on_checkpoint(older[1], RESERVED_0, minor)  # the role's, for the new version
                 assert (change.verdict_before, change.verdict_after, change.changed_keys) == (None, None, [])
                 print("kubelet %s -> %s: the role plans no change and no migration (it writes %s)" % (
                     RELEASES[older[0]], RELEASES[minor], change.kubelet.writes))
@@ -106,9 +103,7 @@ def whole_cores_switched_on(kubelet, older, binaries, lab, tmp_path, uids):
     kubelet.stop()
     kept, running = kubelet.state(), all_running(lab, uids.values())
     assert sorted(len(cpus(entry["app"])) for entry in kept["entries"].values()) == [1, 1, 2, 3]
-    with open(kubelet.checkpoint, "rb") as handle:
-        change = plan_change(config, WHOLE_CORES, discover_sysfs("/"), RELEASES[minor], state=handle.read(),
-                             state_path=kubelet.checkpoint)
+    change = kubelet.planned_on_checkpoint(config, WHOLE_CORES, minor)
     assert (change.verdict_before, change.verdict_after) == (None, None)
     assert sorted(change.changed_keys) == ["cpuManagerPolicyOptions", "cpuManagerReconcilePeriod"]
     kubelet = Kubelet(binaries[minor], str(tmp_path), dict(change.config, containerRuntimeEndpoint=lab.endpoint))

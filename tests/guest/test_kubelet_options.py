@@ -19,8 +19,7 @@ from kubelets import (RELEASES, START_TIMEOUT, Kubelet, all_running, planned, pr
                       said_in, wait_on)
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import discover_sysfs
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import Desired, plan_change
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import Desired
 
 ZERO = CPUSet.parse("0")
 
@@ -116,9 +115,7 @@ def test_under_each_option_and_topology_manager_policy_the_kubelet_pins_where_ku
                               check=False)
             reason = refused.stderr.strip().rsplit(": ", 1)[1]
             assert refused.returncode != 0 and reason == "default cpuset cannot be empty", refused.stderr
-            with open(kubelet.checkpoint, "rb") as handle:
-                again = plan_change(config, case.desired, discover_sysfs("/"), RELEASES[minor], state=handle.read(),
-                                    state_path=kubelet.checkpoint)
+            again = kubelet.planned_on_checkpoint(config, case.desired, minor)
             assert again.verdict_before == reason, again.verdict_before
             kubelet.start()
             assert said_in(reason, kubelet.refused(minor))
