@@ -343,6 +343,17 @@ class Guest:
         if self.work:
             shutil.rmtree(self.work, ignore_errors=True)
 
+    def cpu_seconds(self) -> float:
+        """The host CPU time QEMU (the whole emulated machine) has used so far; 0 once it is gone."""
+        if self.proc is None:
+            return 0.0
+        try:
+            with open("/proc/%d/stat" % self.proc.pid, encoding="ascii") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
     def __enter__(self) -> Guest:
         try:
             self.start()
@@ -511,6 +522,17 @@ def _timing(output: str, seconds: float, what: str) -> None:
         handle.write("%.0f\t%s\n" % (seconds, what))
 
 
+def _busy_line(name: str, busy: Sequence[Tuple[str, float]], took: float) -> str:
+    """What the group's emulation cost the host: a guest group is its long pole when QEMU gets little of a host CPU
+    (the host's own stages beside it) or when it waits (for its Ansible controller, a fixed window)."""
+    parts, before = [], 0.0
+    for part, total in busy:
+        parts.append("%s %.0f" % (part, total - before))
+        before = total
+    return "  group %s: its QEMU's CPU seconds (%s), %.0f%% of one host CPU over the group's %.0f s" % (
+        name, ", ".join(parts), 100 * before / max(took, 1.0), took)
+
+
 def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int, float]], *,
            ready: Optional[str] = None) -> None:
     spec = GROUPS[name]
@@ -520,6 +542,7 @@ def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int,
         try:
             with Guest(name) as guest:
                 booted = time.monotonic() - started
+                busy = [("boot", guest.cpu_seconds())]  # QEMU's CPU time at the end of each part
                 _timing(output, booted, "  group %s: boot to SSH and systemd running" % name)
                 log.write(b"guest %s: up in %.0f s\n" % (name.encode(), booted))
                 log.flush()
@@ -531,6 +554,7 @@ def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int,
                                      timeout=max(60.0, started + timeout - time.monotonic()), output=log)
                     _timing(output, time.monotonic() - began,
                             "  group %s: pytest in the guest: %s" % (name, " ".join(spec["guest"])))
+                    busy.append(("in the guest", guest.cpu_seconds()))
                     if os.path.exists(os.path.join(guest.share, "junit.xml")):
                         shutil.copy(os.path.join(guest.share, "junit.xml"),
                                     os.path.join(output, "junit-guest-%s.xml" % name))
@@ -543,6 +567,8 @@ def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int,
                     _timing(output, time.monotonic() - began,
                             "  group %s: pytest on the host: %s" % (name, " ".join(spec["host"])))
                     code = code or host
+                    busy.append(("from the host", guest.cpu_seconds()))
+                _timing(output, busy[-1][1], _busy_line(name, busy, time.monotonic() - started))
                 if code:  # the guest's kernel messages, for a guest that went away or misbehaved
                     with contextlib.suppress(OSError):
                         shutil.copy(os.path.join(guest.work, "console.log"),

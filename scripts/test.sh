@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 started=$SECONDS
+cpu_at_start=$(head -1 /proc/stat)  # the machine's CPU time by kind (the timings table says how busy it was)
 work="" installed="" sanity_log="" molecule_log="" runtimes_log=""
 guest_pid="" sanity_pid="" molecule_pid="" runtimes_pid=""
 # The timing table printed at the end of every run, passed or failed: each stage's seconds (a stage ends where the
@@ -32,11 +33,24 @@ timings() {
     printf '%6s  runtimes beside the above (built, or found in the cache):\n' ""
     while IFS=$'\t' read -r what seconds; do printf '%6s    %s\n' "$seconds" "$what"; done < tests/output/runtimes.tsv
   fi
+  if [[ -f tests/output/benchmarks.tsv ]]; then
+    printf '%6s  of the benchmarks (each script, --quick):\n' ""
+    while IFS=$'\t' read -r what seconds; do printf '%6s    benchmarks/%s.py\n' "$seconds" "$what"; done < tests/output/benchmarks.tsv
+  fi
   if [[ -f tests/output/guest/timings.tsv ]]; then
     printf '%6s  guest stage beside the above (its groups side by side; each part within its group):\n' ""
     while IFS=$'\t' read -r seconds what; do printf '%6s  %s\n' "$seconds" "$what"; done < tests/output/guest/timings.tsv
   fi
   printf '%6d  the whole suite\n' "$end"
+  local u n s i w q sq st u2 n2 s2 i2 w2 q2 sq2 st2 total
+  read -r _ u n s i w q sq st _ <<< "$cpu_at_start"
+  read -r _ u2 n2 s2 i2 w2 q2 sq2 st2 _ < /proc/stat
+  total=$(( u2 + n2 + s2 + i2 + w2 + q2 + sq2 + st2 - u - n - s - i - w - q - sq - st ))
+  if ((total > 0)); then  # a busy machine is the suite's limit; time stolen by the hypervisor is the host's
+    printf '%6s  the machine over the run (%d CPUs): %d%% busy, %d%% idle, %d%% stolen by its hypervisor\n' "" \
+      "$(nproc)" $(( 100 * (u2 + n2 + s2 + q2 + sq2 - u - n - s - q - sq) / total )) \
+      $(( 100 * (i2 + w2 - i - w) / total )) $(( 100 * (st2 - st) / total ))
+  fi
 }
 # collect PID_VARIABLE LOG WHAT: a stage started in the background waited for (its PID variable emptied, so that the
 # trap leaves it be), its output printed, the suite failed with its exit code
@@ -74,7 +88,7 @@ bash scripts/runtimes.sh containerd-2.1 >/dev/null
 stage runtimes-start "the built runtimes started in the background (scripts/runtimes.sh): crictl 1.37.0, containerd 2.4.2 and CRI-O 1.36.3 from the Go module proxy (cached outside the clone by version); the integration tests wait for them; their output at the end"
 runtimes_log=$(mktemp)
 mkdir -p tests/output
-rm -f tests/output/runtimes.tsv tests/output/runtimes.txt
+rm -f tests/output/runtimes.tsv tests/output/runtimes.txt tests/output/benchmarks.tsv
 (for name in crictl containerd-2.4 cri-o; do
    start=$SECONDS
    bash scripts/runtimes.sh "$name" >/dev/null
@@ -183,13 +197,11 @@ python -m pytest -q --junitxml=tests/output/junit-integration.xml tests/integrat
 # the benchmarks' quick run (they must keep working; their figures come from full runs on a quiet host) while Molecule
 # still waits on its nodes
 stage benchmarks "benchmarks (quick run)"
-python benchmarks/allocation.py --quick
-python benchmarks/state.py --quick
-python benchmarks/reconcile.py --quick
-python benchmarks/fleet.py --quick
-python benchmarks/defrag.py --quick
-python benchmarks/housekeeping.py --quick
-python benchmarks/hook.py --quick
+for bench in allocation state reconcile fleet defrag housekeeping hook; do
+  start=$SECONDS
+  python "benchmarks/$bench.py" --quick
+  printf '%s\t%d\n' "$bench" $((SECONDS - start)) >> tests/output/benchmarks.tsv
+done
 
 stage molecule-wait "Molecule: waiting for it, then its output"
 collect molecule_pid "$molecule_log" Molecule
