@@ -10,9 +10,24 @@ work="" installed="" sanity_log="" molecule_log="" runtimes_log=""
 guest_pid="" sanity_pid="" molecule_pid="" runtimes_pid=""
 # The timing table printed at the end of every run, passed or failed: each stage's seconds (a stage ends where the
 # next begins), then the guest stage's groups and their parts (scripts/guest.py writes them to timings.tsv).
-stage_names=() stage_starts=()
+# Beside the seconds, the CPU seconds of each stage's processes: what a stage costs the guests beside it on a machine
+# that is CPU-bound (a background job's are counted where it is waited for: molecule-wait, sanity-wait, guest-wait).
+stage_names=() stage_starts=() stage_cpus=()
+times_file=$(mktemp)
+cpu=0
+cpu_ms() {  # the CPU time (user + system, ms) of every child this shell has waited for, into $cpu
+  local user sys total=0 part
+  times > "$times_file"
+  { read -r _ _; read -r user sys; } < "$times_file"
+  for part in "$user" "$sys"; do
+    [[ $part =~ ^([0-9]+)m([0-9]+)\.([0-9]{3})s$ ]] || return 0
+    total=$(( total + BASH_REMATCH[1] * 60000 + 10#${BASH_REMATCH[2]} * 1000 + 10#${BASH_REMATCH[3]} ))
+  done
+  cpu=$total
+}
 stage() {
-  stage_names+=("$1") stage_starts+=($((SECONDS - started)))
+  cpu_ms
+  stage_names+=("$1") stage_starts+=($((SECONDS - started))) stage_cpus+=("$cpu")
   shift
   printf '\n=== %s: %s  [%d s]\n' "${stage_names[-1]}" "$*" $((SECONDS - started))
 }
@@ -24,10 +39,11 @@ timings() {
   # the failed tests first (a long run is often read from its end): from the JUnit files written so far
   for i in tests/output/junit-integration.xml tests/output/guest/junit-guest-*.xml; do [[ -f $i ]] && junit+=("$i"); done
   ((${#junit[@]})) && { python3 scripts/failures.py "${junit[@]}" || true; }
-  printf '\n--- timings (seconds) ---\n'
+  cpu_ms
+  printf '\n--- timings (seconds; then the CPU seconds of its processes) ---\n'
   for i in "${!stage_names[@]}"; do
     next=${stage_starts[i + 1]:-$end}
-    printf '%6d  %s\n' $((next - stage_starts[i])) "${stage_names[i]}"
+    printf '%6d  %-16s %6d\n' $((next - stage_starts[i])) "${stage_names[i]}" $(( (${stage_cpus[i + 1]:-$cpu} - stage_cpus[i] + 500) / 1000 ))
   done
   if [[ -f tests/output/runtimes.tsv ]]; then
     printf '%6s  runtimes beside the above (built, or found in the cache):\n' ""
@@ -70,7 +86,7 @@ trap 'code=$?; if [[ -n $guest_pid ]] && kill "$guest_pid" 2>/dev/null; then wai
       if [[ -n $molecule_pid ]] && kill -- "-$molecule_pid" 2>/dev/null; then wait "$molecule_pid" || true
         podman rm -f -t 0 kubecpu-kubelet-node kubecpu-agent-node >/dev/null 2>&1 || true; fi
       rm -rf ${work:+"$work"} ${installed:+"$installed"} ${sanity_log:+"$sanity_log"} ${molecule_log:+"$molecule_log"} ${runtimes_log:+"$runtimes_log"}
-      timings; exit $code' EXIT
+      timings; rm -f "$times_file"; exit $code' EXIT
 
 stage packages "system packages: python3 (the guest stage starts before the virtual environment), containerd, runc, busybox-static, podman and conmon (CRI-O runs with them), gcc and make (CRI-O's pinns), debootstrap, chromium, qemu-system-x86, e2fsprogs (apt-get when missing)"
 missing=()
