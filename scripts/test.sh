@@ -11,7 +11,7 @@ guest_pid="" sanity_pid="" molecule_pid="" runtimes_pid=""
 # The timing table printed at the end of every run, passed or failed: each stage's seconds (a stage ends where the
 # next begins), then the guest stage's groups and their parts (scripts/guest.py writes them to timings.tsv).
 # Beside the seconds, the CPU seconds of each stage's processes: what a stage costs the guests beside it on a machine
-# that is CPU-bound (a background job's are counted where it is waited for: molecule-wait, sanity-wait, guest-wait).
+# that is CPU-bound (bash reaps a background job when it ends: its CPU seconds count in the stage running then).
 stage_names=() stage_starts=() stage_cpus=()
 times_file=$(mktemp)
 cpu=0
