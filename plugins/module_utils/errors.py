@@ -133,6 +133,11 @@ class StaleCheckpointError(StoreError):
                          % (path, planned_from[:19], now[:19]))
 
 
+class HealthError(KubecpuError):
+    """A service did not become healthy after a change, or did not stay so (its health URL, systemd's restart
+    count)."""
+
+
 class ContainerRuntimeError(KubecpuError):
     """A container runtime call failed. ``operation`` names the call, ``target`` the container or pod."""
 

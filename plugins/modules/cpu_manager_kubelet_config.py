@@ -43,8 +43,15 @@ options:
   kubelet_version:
     description:
       - The kubelet's version, as C(kubelet --version) prints it (C(Kubernetes v1.33.2)) or C(1.33).
+      - Omitted or empty, the module runs O(kubelet_binary) C(--version) on the node itself (one module run
+        instead of a command and a module run). One of the two is required.
     type: str
-    required: true
+  kubelet_binary:
+    description:
+      - The kubelet binary asked for its version when O(kubelet_version) is empty, a path or a name looked up
+        in C(PATH) (and the C(sbin) directories). Its output is read for at most 30 seconds.
+    type: str
+    version_added: 0.7.0
   policy:
     description: The CPU manager policy to configure.
     type: str
@@ -279,6 +286,12 @@ rewrite:
     policy_before:
       description: The policy the current checkpoint names (null without a readable file).
       type: str
+kubelet_version:
+  description: The kubelet version the plan is for (O(kubelet_version), or what O(kubelet_binary) C(--version) printed).
+  returned: success
+  type: str
+  sample: Kubernetes v1.37.2
+  version_added: 0.7.0
 notes:
   description: Remarks (a reservation rounded up to whole cores, a kubelet newer than the known ones).
   returned: success
@@ -294,7 +307,7 @@ compile_once()  # before the core is imported: each of its modules compiled once
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.settings import num_reserved, reserved_cpus
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import StoreError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import (
-    Desired, adopter, plan_change, rewrite_for, running_kubelet_args)
+    Desired, adopter, ask_kubelet_version, plan_change, rewrite_for, running_kubelet_args)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import flag_gates
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology_manager import POLICIES, SCOPES
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import (
@@ -325,9 +338,11 @@ def plan(module: AnsibleModule) -> dict:
     topo = load_topology(params["topology_path"], params["sysfs_root"])
     state = read_state(params["state_path"])
     args = params["kubelet_args"] if params["kubelet_args"] is not None else running_kubelet_args()
-    change = plan_change(params["config"], desired, topo, params["kubelet_version"], state=state,
+    version = params["kubelet_version"] or ask_kubelet_version(
+        module.get_bin_path(params["kubelet_binary"]) or params["kubelet_binary"])
+    change = plan_change(params["config"], desired, topo, version, state=state,
                          state_path=params["state_path"], flags=flag_gates(args))
-    result = dict(changed=False, kubelet_args=args, **change.to_dict(params["state_path"]))
+    result = dict(changed=False, kubelet_args=args, kubelet_version=version, **change.to_dict(params["state_path"]))
     if params["state_rewrite"]:
         settings = dict(params, **change.settings())
         adopt = adopter(node_config(settings, read_only=True), topo) if settings["policy"] == "static" else None
@@ -341,7 +356,8 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "config": {"type": "dict", "default": {}},
-            "kubelet_version": {"type": "str", "required": True},
+            "kubelet_version": {"type": "str"},
+            "kubelet_binary": {"type": "str"},
             "policy": {"type": "str", "choices": ["static", "none"], "default": "static"},
             "policy_options": {"type": "dict"},
             "reconcile_period": {"type": "str"},
@@ -356,6 +372,7 @@ def main() -> None:
             **TOPOLOGY_ARGS,
             **RUNTIME_ARGS,
         },
+        required_one_of=[("kubelet_version", "kubelet_binary")],
         supports_check_mode=True,
     )
     run_module(module, plan)

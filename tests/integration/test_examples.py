@@ -1,18 +1,20 @@
 """Every module's EXAMPLES, run by ansible-playbook on localhost against a stand-in node: the recorded crictl 1.32
 output (the examples' container and pod IDs are the recorded prod/web pod's), a fake cgroupfs, a fake sysfs with
-128 CPUs on 2 NUMA nodes (isolcpus 4-63,68-127) and a NIC at 0000:3b:00.0, and a kubelet configuration. The host paths in the examples
-are redirected to the stand-in's and the node options come from module_defaults; the CRI examples talk to the
-stand-in through crictl (the gRPC backend has its own tests against the real containerd). One ansible-playbook run
-holds every module's examples: a play each, on a stand-in node of its own (a name of its own for localhost, so that
-one module's failure stops only its play)."""
+128 CPUs on 2 NUMA nodes (isolcpus 4-63,68-127) and a NIC at 0000:3b:00.0, a kubelet configuration and a health URL.
+The host paths in the examples are redirected to the stand-in's and the node options come from module_defaults; the
+CRI examples talk to the stand-in through crictl (the gRPC backend has its own tests against the real containerd).
+One ansible-playbook run holds every module's examples: a play each, on a stand-in node of its own (a name of its
+own for localhost, so that one module's failure stops only its play)."""
 
 from __future__ import annotations
 
 import ast
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 import yaml
@@ -50,7 +52,8 @@ def stand_in(tmp_path):
     (tmp_path / "containerd.toml").write_text(containerd)
     tools = tmp_path / "bin"  # a stand-in systemctl (this host has no systemd): it notes its arguments
     tools.mkdir()
-    (tools / "systemctl").write_text('#!/bin/sh\necho "$*" >> %s\n' % (tmp_path / "systemctl.log"))
+    (tools / "systemctl").write_text('#!/bin/sh\necho "$*" >> %s\ncase "$*" in *NRestarts*) echo 0 ;; esac\n'
+                                     % (tmp_path / "systemctl.log"))
     (tools / "systemctl").chmod(0o755)
     node.update(root=root, state=str(tmp_path / "state"), config=str(tmp_path / "config.yaml"),
                 systemd=str(tmp_path / "systemd"), tools=str(tools),
@@ -67,7 +70,7 @@ def redirected(text, node):
             .replace("/var/lib/kubelet/cpu_manager_state", node["kubelet_state"]))
 
 
-def play(module, node):
+def play(module, node, health):
     """The play of ``module``'s EXAMPLES on the stand-in ``node``, and its tasks as written."""
     tasks = yaml.safe_load(redirected(examples(module), node))
     node_defaults = {"sysfs_root": node["root"]}
@@ -83,6 +86,8 @@ def play(module, node):
                                 "kubecpu.cpu_manager.cpu_manager_daemons": {  # drop-ins in the stand-in's directory
                                     "systemd_dir": node["systemd"], "cgroup_root": node["cgroup"],
                                     "sysfs_root": node["root"]},
+                                "kubecpu.cpu_manager.cpu_manager_kubelet_health": {  # a stand-in health URL
+                                    "url": health, "settle": 0},
                                 "kubecpu.cpu_manager.cpu_manager_runtime_hook": {  # this machine's containerd 1.6
                                     "containerd_config": node["containerd_config"], "python": sys.executable,
                                     "spec_path": os.path.join(node["dir"], "kubecpu", "base-runtime-spec.json"),
@@ -90,12 +95,28 @@ def play(module, node):
             "tasks": tasks}, tasks
 
 
+class _Healthy(http.server.BaseHTTPRequestHandler):
+    """The stand-in kubelet's health URL: always 200."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *_args):
+        pass
+
+
 @pytest.fixture(scope="module")
 def examples_run(tmp_path_factory):
     """Every module's examples in one ansible-playbook run: module -> (its stand-in, its tasks, its play's result,
     its host's stats), and the run itself."""
     nodes = {module: stand_in(tmp_path_factory.mktemp(module)) for module in MODULES}
-    plays = {module: play(module, node) for module, node in nodes.items()}
+    healthz = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
+    threading.Thread(target=healthz.serve_forever, daemon=True).start()
+    health = "http://127.0.0.1:%d/healthz" % healthz.server_address[1]
+    plays = {module: play(module, node, health) for module, node in nodes.items()}
     work = tmp_path_factory.mktemp("examples")
     (work / "inventory.ini").write_text("".join(
         "%s ansible_connection=local ansible_python_interpreter=%s\n" % (module, sys.executable) for module in MODULES))
@@ -106,6 +127,8 @@ def examples_run(tmp_path_factory):
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
                            str(work / "inventory.ini"), str(work / "examples.yml")],
                           capture_output=True, text=True, env=env, timeout=900, check=False)
+    healthz.shutdown()
+    healthz.server_close()
     result = json.loads(proc.stdout) if proc.stdout.startswith("{") else {}
     played = {item["play"]["name"]: item for item in result.get("plays", [])}
     return {module: (nodes[module], plays[module][1], played.get("EXAMPLES of " + module),

@@ -14,12 +14,13 @@ import math
 import os
 import re
 from fractions import Fraction
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import (ConfigError, CPUSetError, KubecpuError, OptionError, PolicyError, QuantityError, RestoreFailure,
                       StateError)
 from ..kubelet.checkpoint_formats import read
 from ..kubelet.cpuset import CPUSet
+from ..kubelet.discovery import run_command
 from ..kubelet.feature_gates import NEWEST, check_existing_gates, cpu_gates, parse_version, topology_gates
 from ..kubelet.kubelet_versions import DEFAULT, KubeletVersion, clamped
 from ..kubelet.options import PolicyOptions, go_map_repr, option_strings, parse_options, validate_for_machine
@@ -342,6 +343,21 @@ def running_kubelet_args(proc_root: str = "/proc") -> List[str]:
             continue
         return [arg.decode("utf-8", "replace") for arg in data.split(b"\0")[1:] if arg]
     return []
+
+
+VERSION_OUTPUT_BYTES = 4096  # of what ``kubelet --version`` prints: one line
+
+
+def ask_kubelet_version(binary: str, run: Callable[[Sequence[str]], Tuple[int, str, str]] = run_command) -> str:
+    """What ``<binary> --version`` prints (``Kubernetes v1.37.2``), the first line only; ``run`` bounds its time.
+    A binary that cannot be run, fails, or prints no version the kubelet's way is a ConfigError naming it."""
+    code, out, err = run([binary, "--version"])
+    line = out[:VERSION_OUTPUT_BYTES].strip().split("\n", 1)[0].strip()
+    if code != 0:
+        said = (err or out)[:VERSION_OUTPUT_BYTES].strip()
+        raise ConfigError("%s --version failed (exit %d): %s" % (binary, code, said or "no output"))
+    parse_version(line)  # a ConfigError quoting the line when it is no version
+    return line
 
 
 def adopter(config: NodeConfig, topology: Topology) -> Adopter:

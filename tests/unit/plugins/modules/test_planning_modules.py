@@ -1,4 +1,5 @@
-"""cpu_manager_reservation and cpu_manager_kubelet_config in-process: results, check mode, clear failures."""
+"""cpu_manager_reservation, cpu_manager_kubelet_config and cpu_manager_kubelet_health in-process: results, check
+mode, clear failures."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import fingerprint
 from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
-    cpu_manager_checkpoint, cpu_manager_info, cpu_manager_kubelet_config, cpu_manager_reservation)
+    cpu_manager_checkpoint, cpu_manager_info, cpu_manager_kubelet_config, cpu_manager_kubelet_health,
+    cpu_manager_reservation)
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import calls, make_node
@@ -105,6 +107,23 @@ def test_kubelet_config_refuses(root, tmp_path, capsys, args, message):
             "sysfs_root": root}
     result = run(cpu_manager_kubelet_config, dict(base, **args), capsys)
     assert result["rc"] == 1 and message in result["msg"]
+
+
+def test_kubelet_config_asks_the_kubelet_binary_for_its_version(root, tmp_path, capsys):
+    """Without kubelet_version the module runs kubelet_binary --version itself (one module run, not two) and says
+    which version it planned for; a binary that is not there fails the node naming it, before anything is read."""
+    binary = tmp_path / "kubelet"
+    binary.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo 'Kubernetes v1.37.2'\n")
+    binary.chmod(0o755)
+    base = {"config": KUBEADM, "num_reserved": 2, "state_path": str(tmp_path / "absent"), "sysfs_root": root}
+    result = run(cpu_manager_kubelet_config, dict(base, kubelet_binary=str(binary)), capsys, check_mode=True)
+    assert result["rc"] == 0 and result["kubelet_version"] == "Kubernetes v1.37.2"
+    given = run(cpu_manager_kubelet_config, dict(base, kubelet_binary=str(binary), kubelet_version="1.35"), capsys)
+    assert given["kubelet_version"] == "1.35"  # a version given is not asked for
+    missing = run(cpu_manager_kubelet_config, dict(base, kubelet_binary=str(tmp_path / "nowhere")), capsys)
+    assert missing["rc"] == 1 and "%s --version failed (exit 127)" % (tmp_path / "nowhere") in missing["msg"]
+    neither = run(cpu_manager_kubelet_config, base, capsys)
+    assert neither["rc"] == 1 and "one of the following is required: kubelet_version, kubelet_binary" in neither["msg"]
 
 
 STATIC_NOW = dict(KUBEADM, cpuManagerPolicy="static", reservedSystemCPUs="0,4")
@@ -232,3 +251,40 @@ def test_the_verdict_follows_the_kubelet_version(root16, tmp_path, capsys):
     older = run(cpu_manager_kubelet_config, dict(base, kubelet_version="1.36",
                                                  config=dict(V137, featureGates={})), capsys)
     assert any("pod-level assignments (podEntries of pod-a) are dropped" in note for note in older["notes"])
+
+
+def test_kubelet_health_waits_then_checks_again_and_fails_naming_the_cause(tmp_path, capsys, monkeypatch):
+    """One module run: a real health endpoint (tests/unit/.../test_kubelet_health.py's) and systemctl on PATH."""
+    import http.server
+    import threading
+
+    class Healthy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/healthz" else 500)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *_args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Healthy)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = "http://127.0.0.1:%d" % httpd.server_address[1]
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "systemctl").write_text("#!/bin/sh\necho 2\n")
+    (tools / "systemctl").chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (tools, __import__("os").environ["PATH"]))
+    try:
+        ok = run(cpu_manager_kubelet_health, {"url": base + "/healthz", "settle": 0, "timeout": 5}, capsys,
+                 check_mode=True)
+        assert ok["rc"] == 0 and not ok["changed"] and ok["restarts"] == 2 and ok["url"] == base + "/healthz"
+        down = run(cpu_manager_kubelet_health, {"url": base + "/down", "settle": 0, "timeout": 0}, capsys)
+        assert down["rc"] == 1 and "%s/down did not answer 200 within 0 s (last: HTTP 500" % base in down["msg"]
+        assert down["error_type"] == "HealthError"
+        negative = run(cpu_manager_kubelet_health, {"settle": -1}, capsys)
+        assert negative["rc"] == 1 and "settle must not be negative, got -1" in negative["msg"]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

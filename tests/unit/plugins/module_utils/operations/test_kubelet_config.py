@@ -11,7 +11,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import CPU_OPTION_HISTORY
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import (
-    ConfigError, Desired, plan_change, running_kubelet_args)
+    ConfigError, Desired, ask_kubelet_version, plan_change, running_kubelet_args)
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -286,3 +286,30 @@ def test_the_running_kubelets_command_line_is_found_by_its_process_name(tmp_path
     (tmp_path / "self").mkdir()
     assert running_kubelet_args(str(tmp_path)) == ["--config=/c.yaml", "--feature-gates=A=true"]
     assert running_kubelet_args(str(tmp_path / "nonexistent")) == []
+
+
+@pytest.mark.parametrize("answer,version", [
+    ((0, "Kubernetes v1.37.2\n", ""), "Kubernetes v1.37.2"),
+    ((0, "Kubernetes v1.36.3\nsomething after\n", ""), "Kubernetes v1.36.3"),  # the first line only
+    ((0, "  v1.35.4  \n", ""), "v1.35.4"),
+])
+def test_the_kubelet_is_asked_for_its_version(answer, version):
+    asked = []
+    assert ask_kubelet_version("/usr/bin/kubelet", run=lambda argv: asked.append(argv) or answer) == version
+    assert asked == [["/usr/bin/kubelet", "--version"]]
+
+
+@pytest.mark.parametrize("answer,message", [
+    ((127, "", "[Errno 2] No such file or directory: 'kubelet'"),
+     "kubelet --version failed (exit 127): [Errno 2] No such file or directory: 'kubelet'"),
+    ((1, "", ""), "kubelet --version failed (exit 1): no output"),
+    ((2, "unknown flag: --version", ""), "kubelet --version failed (exit 2): unknown flag: --version"),
+    ((0, "kubelet is not a version\n", ""), 'cannot read a kubelet version from "kubelet is not a version"'),
+    ((0, "", ""), 'cannot read a kubelet version from ""'),
+    ((0, "Kubernetes v1.37.2" + "x" * 9000, ""), "cannot read a kubelet version from"),  # read up to a limit
+])
+def test_a_kubelet_that_gives_no_version_is_named(answer, message):
+    with pytest.raises(ConfigError) as raised:
+        ask_kubelet_version("kubelet", run=lambda _argv: answer)
+    assert message in str(raised.value)
+    assert len(str(raised.value)) < 4096 + 200

@@ -1,0 +1,78 @@
+# Copyright: (c) 2026, kubecpu developers
+# Apache License 2.0 (see LICENSE)
+"""The kubelet's health after a change (docs/KUBELET_CONFIG.md, "As failures follow healthz"): its health URL
+answers 200, and after ``settle`` seconds it still does and systemd has not restarted it. A kubelet that refuses its
+checkpoint exits after its health URL is up, and systemd starts it again: the restart count (``NRestarts``) read
+when it first answers and again after the settle time tells it apart from one that stays up.
+
+One call does what took four module runs (two health requests, two restart counts); each request and each
+``systemctl`` has a timeout, and what is read from either is bounded.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+from ..errors import HealthError
+from ..kubelet.discovery import run_command
+
+REQUEST_TIMEOUT = 5.0  # seconds for one health request
+BODY_BYTES = 4096  # of a health answer, read (a kubelet says "ok")
+SYSTEMCTL_BYTES = 4096  # of systemctl's answer, read
+POLL_SECONDS = 2.0  # between two health requests while waiting
+
+Probe = Callable[[str], Tuple[Optional[int], str]]
+Runner = Callable[[Sequence[str]], Tuple[int, str, str]]
+
+
+def probe_url(url: str) -> Tuple[Optional[int], str]:
+    """One GET of ``url``: (its HTTP status, what it said) or (None, why there was no answer)."""
+    import urllib.error  # noqa: PLC0415  # here: the module imports nothing else of the network
+    import urllib.request  # noqa: PLC0415
+
+    try:
+        with urllib.request.urlopen(url, timeout=REQUEST_TIMEOUT) as answer:  # the role's URL
+            return answer.status, answer.read(BODY_BYTES).decode("utf-8", "replace").strip()
+    except urllib.error.HTTPError as exc:
+        return exc.code, str(exc.reason)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return None, str(getattr(exc, "reason", exc))
+
+
+def restarts(service: str, run: Runner = run_command) -> int:
+    """systemd's ``NRestarts`` of ``service``: how often it restarted it on its own since it was last started."""
+    code, out, err = run(["systemctl", "show", "--property=NRestarts", "--value", service])
+    text = out[:SYSTEMCTL_BYTES].strip()
+    if code != 0 or not text.isdigit():
+        raise HealthError("cannot read how often systemd restarted %s (systemctl show --property=NRestarts, exit %d):"
+                          " %s" % (service, code, (err[:SYSTEMCTL_BYTES].strip() or text or "no output")))
+    return int(text)
+
+
+def check_health(url: str, service: str, timeout: float, settle: float, *, probe: Probe = probe_url,
+                 run: Runner = run_command, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+    """Wait up to ``timeout`` seconds for ``url`` to answer 200, then ``settle`` seconds: it must answer 200 again and
+    ``service`` must not have been restarted meanwhile. A HealthError says which of these failed."""
+    started = clock()
+    while True:
+        status, said = probe(url)
+        if status == 200:
+            break
+        if clock() - started >= timeout:
+            raise HealthError("%s did not answer 200 within %d s (last: %s)"
+                              % (url, timeout, said if status is None else "HTTP %d %s" % (status, said)))
+        sleep(POLL_SECONDS)
+    waited = clock() - started
+    before = restarts(service, run)
+    sleep(settle)
+    status, said = probe(url)
+    if status != 200:
+        raise HealthError("%s answered 200, then %s %d s later" % (
+            url, said if status is None else "HTTP %d %s" % (status, said), settle))
+    after = restarts(service, run)
+    if after != before:
+        raise HealthError("systemd restarted %s within %d s of its health URL answering (NRestarts %d, then %d): it "
+                          "fails after it starts" % (service, settle, before, after))
+    return {"url": url, "service": service, "waited": round(waited, 1), "settle": settle, "restarts": after}
