@@ -412,18 +412,20 @@ class Guest:
 # The guest stage of scripts/test.sh: groups of tests, a fresh guest each, side by side (each guest emulates on one
 # host core). "guest": pytest inside the guest; "host": pytest here against that guest (KUBECPU_GUEST names it).
 # The two groups are balanced by their measured minutes (scripts/test.sh's table shows each part): the node group
-# pins (discovery, pinning), runs the real kubelets (beside kubecpu's predictions through an upgrade and under the
-# planned options, a pod they reject, a corrupt checkpoint and its rebuild, the configurations they refuse) and then
-# the kubelet role's five rollouts beside the real kubelet; the roles group keeps interrupts and daemons off
-# exclusive CPUs (housekeeping), runs both cgroup drivers on every runtime, live defragmentation, resize and rebuild
-# (operations), CRI-O, the fail-closed hook beside a real kubelet of policy none and the options beside the real
-# kubelets, and then the agent role's runs.
+# pins (discovery, pinning), resizes and rebuilds (operations: on the same two containerds as pinning), runs the real
+# kubelets (beside kubecpu's predictions through an upgrade and under the planned options, a pod they reject, a
+# corrupt checkpoint and its rebuild, the configurations they refuse) and then the kubelet role's five rollouts
+# beside the real kubelet; the roles group keeps interrupts and daemons off exclusive CPUs (housekeeping), runs both
+# cgroup drivers on every runtime, live defragmentation, CRI-O, the fail-closed hook beside a real kubelet of policy
+# none and the options beside the real kubelets, and then the agent role's runs. (2026-12-02: the kubelet role's
+# rollouts five module runs fewer each, the node group ended the sooner; operations moved to it.)
 GROUPS: Dict[str, Dict[str, List[str]]] = {
-    "node": {"guest": ["tests/guest/test_discovery.py", "tests/guest/test_pinning.py", "tests/guest/test_kubelet.py",
+    "node": {"guest": ["tests/guest/test_discovery.py", "tests/guest/test_pinning.py",
+                       "tests/guest/test_operations.py", "tests/guest/test_kubelet.py",
                        "tests/guest/test_kubelet_refusals.py"],
              "host": ["tests/guest_host/test_kubelet_role.py"]},
     "roles": {"guest": ["tests/guest/test_housekeeping.py", "tests/guest/test_drivers.py",
-                        "tests/guest/test_defrag.py", "tests/guest/test_operations.py", "tests/guest/test_crio.py",
+                        "tests/guest/test_defrag.py", "tests/guest/test_crio.py",
                         "tests/guest/test_kubelet_hook.py", "tests/guest/test_kubelet_options.py"],
               "host": ["tests/guest_host/test_agent_role.py"]},
 }
