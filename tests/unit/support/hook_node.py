@@ -108,7 +108,10 @@ class Node:
             if "cpuset.cpus" not in files or not re.search(r"[0-9a-f]{64}", os.path.basename(folder)):
                 continue  # not a container's cgroup
             text = open(os.path.join(folder, "cpuset.cpus"), encoding="utf-8").read().strip()
-            cpus = CPUSet.parse(text) if text else ALL
+            # empty, as the kernel reads it: v2, the parent's (every CPU here); v1, no CPU (no task runs there). Only
+            # this fake has an empty one: the kernel applies a write to cgroupfs whole, while a kill between this
+            # directory's truncate and write (the hook's SIGKILL test) leaves the file empty.
+            cpus = CPUSet.parse(text) if text else (ALL if self.v2 else CPUSet.parse(""))
             for uid, held in exclusive:
                 if uid not in folder.replace("_", "-") and cpus.intersection(held):  # another pod's container on them
                     found.append((os.path.relpath(folder, top), str(cpus), uid, str(held)))
