@@ -305,7 +305,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.zip
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.settings import num_reserved, reserved_cpus
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import StoreError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError, StoreError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import (
     Desired, adopter, ask_kubelet_version, plan_change, rewrite_for, running_kubelet_args)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import flag_gates
@@ -338,8 +338,11 @@ def plan(module: AnsibleModule) -> dict:
     topo = load_topology(params["topology_path"], params["sysfs_root"])
     state = read_state(params["state_path"])
     args = params["kubelet_args"] if params["kubelet_args"] is not None else running_kubelet_args()
-    version = params["kubelet_version"] or ask_kubelet_version(
-        module.get_bin_path(params["kubelet_binary"]) or params["kubelet_binary"])
+    version = params["kubelet_version"]
+    if not version:
+        if not params["kubelet_binary"]:
+            raise ConfigError("kubelet_version is empty and there is no kubelet_binary to ask for it")
+        version = ask_kubelet_version(module.get_bin_path(params["kubelet_binary"]) or params["kubelet_binary"])
     change = plan_change(params["config"], desired, topo, version, state=state,
                          state_path=params["state_path"], flags=flag_gates(args))
     result = dict(changed=False, kubelet_args=args, kubelet_version=version, **change.to_dict(params["state_path"]))

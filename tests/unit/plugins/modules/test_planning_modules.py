@@ -124,6 +124,8 @@ def test_kubelet_config_asks_the_kubelet_binary_for_its_version(root, tmp_path, 
     assert missing["rc"] == 1 and "%s --version failed (exit 127)" % (tmp_path / "nowhere") in missing["msg"]
     neither = run(cpu_manager_kubelet_config, base, capsys)
     assert neither["rc"] == 1 and "one of the following is required: kubelet_version, kubelet_binary" in neither["msg"]
+    empty = run(cpu_manager_kubelet_config, dict(base, kubelet_version=""), capsys)
+    assert empty["rc"] == 1 and empty["msg"] == "kubelet_version is empty and there is no kubelet_binary to ask for it"
 
 
 STATIC_NOW = dict(KUBEADM, cpuManagerPolicy="static", reservedSystemCPUs="0,4")
