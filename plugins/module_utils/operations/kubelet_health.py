@@ -27,17 +27,26 @@ Runner = Callable[[Sequence[str]], Tuple[int, str, str]]
 
 
 def probe_url(url: str) -> Tuple[Optional[int], str]:
-    """One GET of ``url``: (its HTTP status, what it said) or (None, why there was no answer)."""
-    import urllib.error  # noqa: PLC0415  # here: the module imports nothing else of the network
-    import urllib.request  # noqa: PLC0415
+    """One GET of ``url`` (http or https, straight to its host: a node's own health URL takes no proxy): (its HTTP
+    status, what it said) or (None, why there was no answer)."""
+    import http.client  # noqa: PLC0415  # here: the module imports nothing else of the network
+    from urllib.parse import urlsplit  # noqa: PLC0415
 
     try:
-        with urllib.request.urlopen(url, timeout=REQUEST_TIMEOUT) as answer:  # the role's URL
-            return answer.status, answer.read(BODY_BYTES).decode("utf-8", "replace").strip()
-    except urllib.error.HTTPError as exc:
-        return exc.code, str(exc.reason)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return None, str(getattr(exc, "reason", exc))
+        parts = urlsplit(url)
+        kind = {"http": http.client.HTTPConnection, "https": http.client.HTTPSConnection}.get(parts.scheme)
+        if kind is None or not parts.hostname:
+            return None, "not an http or https URL"
+        connection = kind(parts.hostname, parts.port, timeout=REQUEST_TIMEOUT)
+        try:
+            connection.request("GET", (parts.path or "/") + ("?" + parts.query if parts.query else ""))
+            answer = connection.getresponse()
+            said = answer.read(BODY_BYTES).decode("utf-8", "replace").strip()
+            return answer.status, said if answer.status == 200 else (answer.reason or said)
+        finally:
+            connection.close()
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        return None, str(exc) or type(exc).__name__
 
 
 def restarts(service: str, run: Runner = run_command) -> int:

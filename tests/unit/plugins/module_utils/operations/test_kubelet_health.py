@@ -118,5 +118,7 @@ def test_probe_url_asks_a_real_server_and_reads_a_bounded_answer(server):
     assert status == 200 and len(said) == BODY_BYTES
     assert probe_url(server + "/down") == (503, "Service Unavailable")
     status, said = probe_url("http://127.0.0.1:1/healthz")  # nothing listens there
-    assert status is None and said
-    assert probe_url("not a url")[0] is None
+    assert status is None and "refused" in said
+    assert probe_url("not a url") == (None, "not an http or https URL")
+    assert probe_url("ftp://127.0.0.1/healthz") == (None, "not an http or https URL")
+    assert probe_url(server.replace("http:", "https:") + "/healthz")[0] is None  # no TLS there: no answer
