@@ -9,12 +9,10 @@ own for localhost, so that one module's failure stops only its play)."""
 from __future__ import annotations
 
 import ast
-import http.server
 import json
 import os
 import subprocess
 import sys
-import threading
 
 import pytest
 import yaml
@@ -23,7 +21,7 @@ from test_modules import ROOT, collections_path
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_crictl
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs, health_url
 import fleet
 import lab
 
@@ -95,27 +93,16 @@ def play(module, node, health):
             "tasks": tasks}, tasks
 
 
-class _Healthy(http.server.BaseHTTPRequestHandler):
-    """The stand-in kubelet's health URL: always 200."""
-
-    def do_GET(self):
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *_args):
-        pass
-
-
 @pytest.fixture(scope="module")
 def examples_run(tmp_path_factory):
     """Every module's examples in one ansible-playbook run: module -> (its stand-in, its tasks, its play's result,
     its host's stats), and the run itself."""
     nodes = {module: stand_in(tmp_path_factory.mktemp(module)) for module in MODULES}
-    healthz = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
-    threading.Thread(target=healthz.serve_forever, daemon=True).start()
-    health = "http://127.0.0.1:%d/healthz" % healthz.server_address[1]
+    with health_url.serve() as base:  # the stand-in kubelet's health URL, for the whole run
+        return _examples_run(nodes, base + "/healthz", tmp_path_factory)
+
+
+def _examples_run(nodes, health, tmp_path_factory):
     plays = {module: play(module, node, health) for module, node in nodes.items()}
     work = tmp_path_factory.mktemp("examples")
     (work / "inventory.ini").write_text("".join(
@@ -127,8 +114,6 @@ def examples_run(tmp_path_factory):
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
                            str(work / "inventory.ini"), str(work / "examples.yml")],
                           capture_output=True, text=True, env=env, timeout=900, check=False)
-    healthz.shutdown()
-    healthz.server_close()
     result = json.loads(proc.stdout) if proc.stdout.startswith("{") else {}
     played = {item["play"]["name"]: item for item in result.get("plays", [])}
     return {module: (nodes[module], plays[module][1], played.get("EXAMPLES of " + module),

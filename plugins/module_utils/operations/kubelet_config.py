@@ -14,13 +14,13 @@ import math
 import os
 import re
 from fractions import Fraction
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from ..errors import (ConfigError, CPUSetError, KubecpuError, OptionError, PolicyError, QuantityError, RestoreFailure,
                       StateError)
 from ..kubelet.checkpoint_formats import read
 from ..kubelet.cpuset import CPUSet
-from ..kubelet.discovery import run_command
+from ..kubelet.discovery import CommandRunner, run_command
 from ..kubelet.feature_gates import NEWEST, check_existing_gates, cpu_gates, parse_version, topology_gates
 from ..kubelet.kubelet_versions import DEFAULT, KubeletVersion, clamped
 from ..kubelet.options import PolicyOptions, go_map_repr, option_strings, parse_options, validate_for_machine
@@ -348,7 +348,7 @@ def running_kubelet_args(proc_root: str = "/proc") -> List[str]:
 VERSION_OUTPUT_BYTES = 4096  # of what ``kubelet --version`` prints: one line
 
 
-def ask_kubelet_version(binary: str, run: Callable[[Sequence[str]], Tuple[int, str, str]] = run_command) -> str:
+def ask_kubelet_version(binary: str, run: CommandRunner = run_command) -> str:
     """What ``<binary> --version`` prints (``Kubernetes v1.37.2``), the first line only; ``run`` bounds its time.
     A binary that cannot be run, fails, or prints no version the kubelet's way is a ConfigError naming it."""
     code, out, err = run([binary, "--version"])

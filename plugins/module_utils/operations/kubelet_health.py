@@ -12,10 +12,10 @@ One call does what took four module runs (two health requests, two restart count
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..errors import HealthError
-from ..kubelet.discovery import run_command
+from ..kubelet.discovery import CommandRunner, run_command
 
 REQUEST_TIMEOUT = 5.0  # seconds for one health request
 BODY_BYTES = 4096  # of a health answer, read (a kubelet says "ok")
@@ -23,7 +23,6 @@ SYSTEMCTL_BYTES = 4096  # of systemctl's answer, read
 POLL_SECONDS = 2.0  # between two health requests while waiting
 
 Probe = Callable[[str], Tuple[Optional[int], str]]
-Runner = Callable[[Sequence[str]], Tuple[int, str, str]]
 
 
 def probe_url(url: str) -> Tuple[Optional[int], str]:
@@ -49,7 +48,11 @@ def probe_url(url: str) -> Tuple[Optional[int], str]:
         return None, str(exc) or type(exc).__name__
 
 
-def restarts(service: str, run: Runner = run_command) -> int:
+def _answer(status: Optional[int], said: str) -> str:
+    return said if status is None else "HTTP %d %s" % (status, said)
+
+
+def restarts(service: str, run: CommandRunner = run_command) -> int:
     """systemd's ``NRestarts`` of ``service``: how often it restarted it on its own since it was last started."""
     code, out, err = run(["systemctl", "show", "--property=NRestarts", "--value", service])
     text = out[:SYSTEMCTL_BYTES].strip()
@@ -60,7 +63,7 @@ def restarts(service: str, run: Runner = run_command) -> int:
 
 
 def check_health(url: str, service: str, timeout: float, settle: float, *, probe: Probe = probe_url,
-                 run: Runner = run_command, clock: Callable[[], float] = time.monotonic,
+                 run: CommandRunner = run_command, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
     """Wait up to ``timeout`` seconds for ``url`` to answer 200, then ``settle`` seconds: it must answer 200 again and
     ``service`` must not have been restarted meanwhile. A HealthError says which of these failed."""
@@ -70,16 +73,14 @@ def check_health(url: str, service: str, timeout: float, settle: float, *, probe
         if status == 200:
             break
         if clock() - started >= timeout:
-            raise HealthError("%s did not answer 200 within %d s (last: %s)"
-                              % (url, timeout, said if status is None else "HTTP %d %s" % (status, said)))
+            raise HealthError("%s did not answer 200 within %d s (last: %s)" % (url, timeout, _answer(status, said)))
         sleep(POLL_SECONDS)
     waited = clock() - started
     before = restarts(service, run)
     sleep(settle)
     status, said = probe(url)
     if status != 200:
-        raise HealthError("%s answered 200, then %s %d s later" % (
-            url, said if status is None else "HTTP %d %s" % (status, said), settle))
+        raise HealthError("%s answered 200, then %s %d s later" % (url, _answer(status, said), settle))
     after = restarts(service, run)
     if after != before:
         raise HealthError("systemd restarted %s within %d s of its health URL answering (NRestarts %d, then %d): it "

@@ -16,7 +16,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
     cpu_manager_checkpoint, cpu_manager_info, cpu_manager_kubelet_config, cpu_manager_kubelet_health,
     cpu_manager_reservation)
 
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs, health_url
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import calls, make_node
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.checkpoints import checkpoint_file
 
@@ -256,29 +256,13 @@ def test_the_verdict_follows_the_kubelet_version(root16, tmp_path, capsys):
 
 
 def test_kubelet_health_waits_then_checks_again_and_fails_naming_the_cause(tmp_path, capsys, monkeypatch):
-    """One module run: a real health endpoint (tests/unit/.../test_kubelet_health.py's) and systemctl on PATH."""
-    import http.server
-    import threading
-
-    class Healthy(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200 if self.path == "/healthz" else 500)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        def log_message(self, *_args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Healthy)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    base = "http://127.0.0.1:%d" % httpd.server_address[1]
+    """One module run: a stand-in health URL (tests/unit/support/health_url.py) and systemctl on PATH."""
     tools = tmp_path / "bin"
     tools.mkdir()
     (tools / "systemctl").write_text("#!/bin/sh\necho 2\n")
     (tools / "systemctl").chmod(0o755)
     monkeypatch.setenv("PATH", "%s:%s" % (tools, __import__("os").environ["PATH"]))
-    try:
+    with health_url.serve() as base:
         ok = run(cpu_manager_kubelet_health, {"url": base + "/healthz", "settle": 0, "timeout": 5}, capsys,
                  check_mode=True)
         assert ok["rc"] == 0 and not ok["changed"] and ok["restarts"] == 2 and ok["url"] == base + "/healthz"
@@ -287,6 +271,3 @@ def test_kubelet_health_waits_then_checks_again_and_fails_naming_the_cause(tmp_p
         assert down["error_type"] == "HealthError"
         negative = run(cpu_manager_kubelet_health, {"settle": -1}, capsys)
         assert negative["rc"] == 1 and "settle must not be negative, got -1" in negative["msg"]
-    finally:
-        httpd.shutdown()
-        httpd.server_close()

@@ -3,14 +3,12 @@ after the settle time with systemd's restart count unchanged; every other outcom
 
 from __future__ import annotations
 
-import http.server
-import threading
-
 import pytest
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import HealthError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_health import (
     BODY_BYTES, POLL_SECONDS, check_health, probe_url, restarts)
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import health_url
 
 URL = "http://127.0.0.1:10248/healthz"
 
@@ -90,26 +88,10 @@ def test_restarts_reads_systemds_count():
 ANSWERS = {"/healthz": (200, b"ok"), "/big": (200, b"x" * (3 * BODY_BYTES)), "/down": (503, b"not yet")}
 
 
-class _Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        status, body = ANSWERS.get(self.path, (404, b"no"))
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_args):
-        pass
-
-
 @pytest.fixture
 def server():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield "http://127.0.0.1:%d" % httpd.server_address[1]
-    httpd.shutdown()
-    httpd.server_close()
+    with health_url.serve(ANSWERS) as base:
+        yield base
 
 
 def test_probe_url_asks_a_real_server_and_reads_a_bounded_answer(server):
