@@ -71,6 +71,10 @@ KERNEL_ARGS = "mitigations=off"
 # and the guest groups are its long pole. A non-root user's nice refuses a negative value, says so, and runs QEMU as
 # it is.
 NICE = -5
+# seconds a guest may leave the shared SSH connection unanswered before it is dropped: 45 s (ssh's default of three
+# 15 s keep-alives) dropped it on 2026-12-02 in a cold run (the guest's kernel saw a soft lockup of 26 s under the
+# host's builds), and with it the in-guest pytest that wrote its report over it (a broken pipe)
+SERVER_ALIVE_MAX = 600
 BOOT_TIMEOUT = 480.0  # seconds from QEMU's start to SSH and "running": 60-100 s idle, 180-210 s beside the suite
 with open(os.path.join(ROOT, "scripts", "guest_zipcache.py"), encoding="utf-8") as _source:
     _ZIPCACHE = _source.read()
@@ -376,10 +380,12 @@ class Guest:
     def ssh_argv(self) -> List[str]:
         """One SSH connection per guest, shared by every command (the stage's and its host tests': the same path for
         the same port): a key exchange costs the guest's sshd 1-2 s under emulation, a command over the open
-        connection a few milliseconds."""
+        connection a few milliseconds. A guest that does not answer for a while is starved, not gone: the connection
+        waits for it SERVER_ALIVE_MAX seconds (each command has its own timeout, and QEMU's exit closes the socket)."""
         return ["ssh", "-q", "-i", self.key, "-p", str(self.port), "-o", "StrictHostKeyChecking=no",
                 "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-                "-o", "ServerAliveInterval=15", "-o", "LogLevel=ERROR", "-o", "ControlMaster=auto",
+                "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=%d" % (SERVER_ALIVE_MAX // 15),
+                "-o", "LogLevel=ERROR", "-o", "ControlMaster=auto",
                 "-o", "ControlPath=%s" % self.control_path(), "-o", "ControlPersist=300", "root@127.0.0.1"]
 
     def control_path(self) -> str:
