@@ -75,6 +75,7 @@ NICE = -5
 # 15 s keep-alives) dropped it on 2026-12-02 in a cold run (the guest's kernel saw a soft lockup of 26 s under the
 # host's builds), and with it the in-guest pytest that wrote its report over it (a broken pipe)
 SERVER_ALIVE_MAX = 600
+SERVER_ALIVE_INTERVAL = 15  # seconds between ssh's keep-alives on it
 BOOT_TIMEOUT = 480.0  # seconds from QEMU's start to SSH and "running": 60-100 s idle, 180-210 s beside the suite
 with open(os.path.join(ROOT, "scripts", "guest_zipcache.py"), encoding="utf-8") as _source:
     _ZIPCACHE = _source.read()
@@ -384,7 +385,8 @@ class Guest:
         waits for it SERVER_ALIVE_MAX seconds (each command has its own timeout, and QEMU's exit closes the socket)."""
         return ["ssh", "-q", "-i", self.key, "-p", str(self.port), "-o", "StrictHostKeyChecking=no",
                 "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-                "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=%d" % (SERVER_ALIVE_MAX // 15),
+                "-o", "ServerAliveInterval=%d" % SERVER_ALIVE_INTERVAL,
+                "-o", "ServerAliveCountMax=%d" % (SERVER_ALIVE_MAX // SERVER_ALIVE_INTERVAL),
                 "-o", "LogLevel=ERROR", "-o", "ControlMaster=auto",
                 "-o", "ControlPath=%s" % self.control_path(), "-o", "ControlPersist=300", "root@127.0.0.1"]
 
