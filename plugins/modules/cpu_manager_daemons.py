@@ -19,6 +19,7 @@ description:
     reloads again.
   - Every unit in one module run. The role C(kubecpu.cpu_manager.kubelet_cpu_manager) runs it for
     C(kubelet_cpu_manager_housekeeping) (docs/HOUSEKEEPING.md, section 2).
+  - Every path option must be absolute; a relative one is refused before anything is written.
 author: kubecpu developers (@kubecpu)
 attributes:
   check_mode:
@@ -38,7 +39,8 @@ options:
     choices: [present, absent]
     default: present
   cpus:
-    description: The reserved CPUs (a Linux CPU list, such as C(0-1)). Required with O(state=present).
+    description: The reserved CPUs (a Linux CPU list, such as C(0-1)), each online on the node (a CPU that is not
+      would leave the daemons unconfined). Required with O(state=present).
     type: str
   units:
     description: The systemd units (services, slices, scopes) to confine.
@@ -114,12 +116,14 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.zip
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import run_module
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import (
+    absolute_paths, run_module)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.daemon_dropins import apply
 
 
 def daemons(module: AnsibleModule) -> dict:
     params = module.params
+    absolute_paths(module, ("cgroup_root", "sysfs_root", "systemd_dir"))
 
     def reload() -> None:
         argv = [module.get_bin_path("systemctl", required=True), "daemon-reload"]

@@ -29,6 +29,8 @@ description:
     CRI-O watches the directory, so nothing restarts. The collection's tests run it on CRI-O 1.36.3.
   - O(state=absent) puts back what the handler's C(base_runtime_spec) was before (or removes the line) and removes
     the files, only while the line is still kubecpu's.
+  - Every path option must be absolute (O(python) is the hook's own path, which the OCI runtime spec wants absolute);
+    a relative one, or a O(timeout) outside 1-120, is refused before anything is written.
 author: kubecpu developers (@kubecpu)
 attributes:
   check_mode:
@@ -64,7 +66,8 @@ options:
     type: path
     default: /usr/bin/python3
   timeout:
-    description: Seconds the runtime gives the hook (the hook itself gives up on the state lock after 2 s).
+    description: Seconds the runtime gives the hook, 1-120 (the kubelet's default C(runtimeRequestTimeout)); the hook
+      itself gives up on the state lock after 2 s.
     type: int
     default: 10
   containerd_config:
@@ -134,13 +137,15 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.zip
 compile_once()  # before the core is imported: each of its modules compiled once in the module's zip
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import run_module
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import (
+    absolute_paths, run_module)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.runtime_hook import (
     Containerd, hook_entry, install_crio, remove_crio)
 
 
 def hook(module: AnsibleModule) -> dict:
     params = module.params
+    absolute_paths(module, ("containerd_config", "containerd_binaries", "spec_path", "crio_hooks_dir"))
 
     def run(argv):
         code, out, err = module.run_command(argv)

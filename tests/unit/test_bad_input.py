@@ -3,7 +3,7 @@ invalid quantities, wrong types, unicode, shell metacharacters in container IDs,
 kubelet config that is not a mapping. Every module, the roles' argument specs and bin/kubecpu must answer with a
 clear error (no traceback), and the state file's bytes must not change on a refusal.
 
-About 700 generated inputs per run: 250 for bin/kubecpu, 300 for the modules, 150 for the role argument specs.
+About 800 generated inputs per run: 250 for bin/kubecpu, 400 for the modules, 150 for the role argument specs.
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces imp
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import encode
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_health import check_health
 from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
-    cpu_manager_admission, cpu_manager_allocate, cpu_manager_checkpoint, cpu_manager_defrag, cpu_manager_info,
-    cpu_manager_kubelet_config, cpu_manager_reconcile, cpu_manager_reservation, cpu_topology_facts)
+    cpu_manager_admission, cpu_manager_allocate, cpu_manager_checkpoint, cpu_manager_daemons, cpu_manager_defrag,
+    cpu_manager_info, cpu_manager_kubelet_config, cpu_manager_kubelet_health, cpu_manager_reconcile,
+    cpu_manager_reservation, cpu_manager_runtime_hook, cpu_topology_facts)
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_crictl import make_node
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import ROOT
@@ -58,8 +60,22 @@ def node(tmp_path_factory):
     cpus = CPUState("static", CPUSet.parse("0,3"))
     cpus.set("a06b0ffe-e387-47dc-90e2-339fa3fc242a", "main", CPUSet.parse("1-2"))
     state.write_bytes(encode(cpus))
+    sysfs = base / "sysfs"
+    (sysfs / "sys/devices/system/cpu").mkdir(parents=True)
+    (sysfs / "sys/devices/system/cpu/online").write_text("0-3\n")
     return {"dir": str(base), "state": str(state), "crictl": stand_in["crictl"], "cgroup": stand_in["cgroup"],
-            "topology": stand_in["topology"]}
+            "topology": stand_in["topology"], "sysfs": str(sysfs)}
+
+
+class Clock:
+    """Time for cpu_manager_kubelet_health that moves only when it sleeps: a drawn timeout or settle (a default one
+    where None was drawn) costs no wall time."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def sleep(self, seconds):
+        self.now += seconds
 
 
 def snapshot(path):
@@ -126,6 +142,23 @@ MODULES = {
                                                         "reserved_cpus", "policy", "policy_options"]),
     "cpu_manager_defrag": (cpu_manager_defrag, ["max_moves", "time_budget", "reserved_cpus", "num_reserved", "policy_options"]),
     "cpu_topology_facts": (cpu_topology_facts, ["topology_path", "sysfs_root"]),
+    # the three below write files or wait: their paths and times are fixed (tmp, nothing listening, no wait) and never
+    # drawn, so that a generated absolute path cannot send a write outside the test's directory
+    "cpu_manager_daemons": (cpu_manager_daemons, ["state", "cpus", "units"]),
+    "cpu_manager_runtime_hook": (cpu_manager_runtime_hook, ["state", "runtime", "python", "kubecpu", "config",
+                                                            "timeout", "containerd_handler"]),
+    "cpu_manager_kubelet_health": (cpu_manager_kubelet_health, ["url", "service", "timeout", "settle"]),
+}
+# where each of those writes: the node fixture's directory
+WRITERS = {
+    "cpu_manager_daemons": lambda node: {"state": "present", "cpus": "0", "cgroup_root": node["cgroup"],
+                                         "sysfs_root": node["sysfs"], "systemd_dir": os.path.join(node["dir"], "systemd"),
+                                         "daemon_reload": False},
+    "cpu_manager_runtime_hook": lambda node: {"runtime": "crio", "crio_hooks_dir": os.path.join(node["dir"], "hooks.d"),
+                                              "containerd_config": os.path.join(node["dir"], "config.toml"),
+                                              "spec_path": os.path.join(node["dir"], "spec.json"),
+                                              "containerd_binaries": os.path.join(node["dir"], "none")},
+    "cpu_manager_kubelet_health": lambda node: {"url": "http://127.0.0.1:1/healthz", "timeout": 0, "settle": 0},
 }
 
 
@@ -135,12 +168,17 @@ def run_module(module, args, capsys):
     return exit_info.value.code, json.loads(capsys.readouterr().out)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=st.sampled_from(sorted(MODULES)), data=st.data())
-def test_modules_answer_bad_input_with_a_clear_error(node, capsys, name, data):
+def test_modules_answer_bad_input_with_a_clear_error(node, capsys, monkeypatch, name, data):
     module, options = MODULES[name]
-    args = {"topology_path": node["topology"]} if name != "cpu_topology_facts" else {}
-    if name.startswith("cpu_manager_") and name not in ("cpu_manager_reservation", "cpu_manager_kubelet_config"):
+    clock = Clock()
+    monkeypatch.setattr(cpu_manager_kubelet_health, "check_health", lambda *args: check_health(
+        *args, clock=lambda: clock.now, sleep=clock.sleep))
+    args = {"topology_path": node["topology"]} if name not in ("cpu_topology_facts", *WRITERS) else {}
+    if name in WRITERS:
+        args.update(WRITERS[name](node))
+    elif name.startswith("cpu_manager_") and name not in ("cpu_manager_reservation", "cpu_manager_kubelet_config"):
         args.update(state_path=node["state"], crictl_path=node["crictl"], cgroup_root=node["cgroup"],
                     num_reserved=1, kubelet_state_path=os.path.join(node["dir"], "none"))
     if name == "cpu_manager_kubelet_config":

@@ -9,12 +9,13 @@ modules that manage a node add ``module_node``. The only file under module_utils
 
 from __future__ import annotations
 
+import os
 import traceback
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, Iterable, List
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ..errors import KubecpuError
+from ..errors import ConfigError, KubecpuError
 
 TOPOLOGY_ARGS: Dict[str, Dict[str, Any]] = {  # doc fragment kubecpu.cpu_manager.cpu_manager.topology
     "sysfs_root": {"type": "path", "default": "/"},
@@ -30,6 +31,15 @@ def plan_result(module: AnsibleModule, doc: Dict[str, Any], keys: List[str]) -> 
     for error in doc["errors"]:
         module.warn("%s/%s: %s" % (error.get("pod", ""), error.get("container", ""), error["error"]))
     return result
+
+
+def absolute_paths(module: AnsibleModule, names: Iterable[str]) -> None:
+    """Refuse, before any side effect, a path option of a module that writes which is set and not absolute: the
+    module runs in a directory of Ansible's choosing, where a relative path names nothing the operator meant."""
+    for name in names:
+        value = module.params[name]
+        if value and (not os.path.isabs(value) or "\x00" in value):
+            raise ConfigError("%s must be an absolute path, got %r" % (name, value))
 
 
 def run_module(module: AnsibleModule, body: Callable[[AnsibleModule], Dict[str, Any]]) -> None:

@@ -63,6 +63,15 @@ def dropin_path(systemd_dir: str, unit: str) -> str:
     return os.path.join(systemd_dir, unit + ".d", DROPIN)
 
 
+def _online(sysfs_root: str) -> CPUSet:
+    """The node's online CPUs; a ConfigError naming the directory when they cannot be read."""
+    online = CPUSet.parse((read_text(os.path.join(sysfs_root, "sys/devices/system/cpu/online"), MAX_FILE_BYTES)
+                           or "").strip())
+    if not online:
+        raise ConfigError("cannot read the online CPUs from %s" % os.path.join(sysfs_root, "sys/devices/system/cpu"))
+    return online
+
+
 def apply(*, present: bool, cpus: Optional[str], units: Sequence[str], cgroup_root: str, sysfs_root: str,
           systemd_dir: str, check_mode: bool, reload: Optional[Callable[[], None]]) -> Outcome:
     """Make the drop-ins what ``present`` asks for; ``reload`` (None: the caller reloads) is called after each step
@@ -101,9 +110,14 @@ def apply(*, present: bool, cpus: Optional[str], units: Sequence[str], cgroup_ro
         return 1
 
     if present:
-        text = str(CPUSet.parse(cpus or ""))
-        if not text:
+        confined = CPUSet.parse(cpus or "")
+        if not confined:
             raise ConfigError("no reserved CPUs to confine the system daemons to (cpus is empty)")
+        online = _online(sysfs_root)
+        if not confined.issubset(online):  # systemd could not write such a cpuset: the daemons would stay unconfined
+            raise ConfigError("cpus %s: CPU %s not online (online: %s), the daemons cannot be confined to it"
+                              % (confined, confined.difference(online), online))
+        text = str(confined)
         wanted = {unit: dropin_text(unit, key, text) for unit in units}
         for unit, content in wanted.items():
             if content:
@@ -114,12 +128,9 @@ def apply(*, present: bool, cpus: Optional[str], units: Sequence[str], cgroup_ro
             reloads += reloaded()
         return Outcome(key, {paths[u]: c for u, c in wanted.items() if c}, written, removed, reloads, diff)
 
-    online_list = read_text(os.path.join(sysfs_root, "sys/devices/system/cpu/online"), MAX_FILE_BYTES) or ""
-    online = str(CPUSet.parse(online_list.strip()))
-    if not online:
-        raise ConfigError("cannot read the online CPUs from %s" % os.path.join(sysfs_root, "sys/devices/system/cpu"))
+    every = str(_online(sysfs_root))
     there = [unit for unit in units if before[unit] is not None]
-    widened = {unit: dropin_text(unit, _key_of(before[unit] or "", key), online, WIDENED) for unit in there}
+    widened = {unit: dropin_text(unit, _key_of(before[unit] or "", key), every, WIDENED) for unit in there}
     for unit, content in widened.items():
         if content:
             write(unit, content)

@@ -11,32 +11,53 @@ One call does what took four module runs (two health requests, two restart count
 
 from __future__ import annotations
 
+import re
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
-from ..errors import HealthError
+from ..errors import ConfigError, HealthError
 from ..kubelet.discovery import CommandRunner, run_command
+
+if TYPE_CHECKING:
+    from urllib.parse import SplitResult
 
 REQUEST_TIMEOUT = 5.0  # seconds for one health request
 BODY_BYTES = 4096  # of a health answer, read (a kubelet says "ok")
 SYSTEMCTL_BYTES = 4096  # of systemctl's answer, read
 POLL_SECONDS = 2.0  # between two health requests while waiting
+MAX_TIMEOUT = 3600  # seconds to wait for the first 200, at most (an hour: a kubelet is up in seconds)
+MAX_SETTLE = 600  # seconds to watch it then, at most (ten minutes: a unit's RestartSec is seconds)
+
+# a unit's name as systemd allows it (kubelet, kubelet.service, name@instance), at most 255 characters, never taken
+# for one of systemctl's flags
+_UNIT = re.compile(r"[A-Za-z0-9:_.\\@][A-Za-z0-9:_.\\@-]{0,254}\Z")
 
 Probe = Callable[[str], Tuple[Optional[int], str]]
+
+
+def _split(url: str) -> SplitResult:
+    """``url``'s parts; a ConfigError unless it is an http or https URL with a host."""
+    from urllib.parse import urlsplit  # noqa: PLC0415  # here: the module imports nothing else of the network
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # a port that is not a number raises here, before anything is asked
+    except ValueError as exc:
+        raise ConfigError("url %r: %s" % (url, exc)) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or "\x00" in url:
+        raise ConfigError("url %r: not an http or https URL with a host" % (url,))
+    return parts
 
 
 def probe_url(url: str) -> Tuple[Optional[int], str]:
     """One GET of ``url`` (http or https, straight to its host: a node's own health URL takes no proxy): (its HTTP
     status, what it said) or (None, why there was no answer)."""
     import http.client  # noqa: PLC0415  # here: the module imports nothing else of the network
-    from urllib.parse import urlsplit  # noqa: PLC0415
 
     try:
-        parts = urlsplit(url)
-        kind = {"http": http.client.HTTPConnection, "https": http.client.HTTPSConnection}.get(parts.scheme)
-        if kind is None or not parts.hostname:
-            return None, "not an http or https URL"
-        connection = kind(parts.hostname, parts.port, timeout=REQUEST_TIMEOUT)
+        parts = _split(url)
+        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        connection = kind(parts.hostname or "", parts.port, timeout=REQUEST_TIMEOUT)  # _split saw a host
         try:
             connection.request("GET", (parts.path or "/") + ("?" + parts.query if parts.query else ""))
             answer = connection.getresponse()
@@ -44,7 +65,7 @@ def probe_url(url: str) -> Tuple[Optional[int], str]:
             return answer.status, said if answer.status == 200 else (answer.reason or said)
         finally:
             connection.close()
-    except (OSError, ValueError, http.client.HTTPException) as exc:
+    except (OSError, ValueError, ConfigError, http.client.HTTPException) as exc:
         return None, str(exc) or type(exc).__name__
 
 
@@ -66,7 +87,14 @@ def check_health(url: str, service: str, timeout: float, settle: float, *, probe
                  run: CommandRunner = run_command, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
     """Wait up to ``timeout`` seconds for ``url`` to answer 200, then ``settle`` seconds: it must answer 200 again and
-    ``service`` must not have been restarted meanwhile. A HealthError says which of these failed."""
+    ``service`` must not have been restarted meanwhile. A HealthError says which of these failed; a ConfigError, before
+    anything is asked, that ``url`` is not one, ``service`` no unit name or a time is outside its bounds."""
+    _split(url)
+    if not _UNIT.match(service):
+        raise ConfigError("service %r: not a systemd unit name" % (service,))
+    for name, value, most in (("timeout", timeout, MAX_TIMEOUT), ("settle", settle, MAX_SETTLE)):
+        if not 0 <= value <= most:
+            raise ConfigError("%s must be 0-%d seconds, got %s" % (name, most, value))
     started = clock()
     while True:
         status, said = probe(url)

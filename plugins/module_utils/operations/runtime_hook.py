@@ -37,6 +37,7 @@ HOOK_STAGE = "createRuntime"
 KEEPS_HOOKS = ((1, 6), (1, 7), (2, 1), (2, 4))
 MAX_FILE_BYTES = 4 * 1024 * 1024  # config.toml, an imported file, a spec, a dump
 MAX_IMPORTS = 64  # configuration files read through ``imports``
+MAX_HOOK_TIMEOUT = 120  # seconds a runtime may give the hook: the kubelet's default runtimeRequestTimeout
 DEFAULT_RUNTIME_TYPE = "io.containerd.runc.v2"
 # The CRI plugin (its first two keys) per config version: 2 (containerd 1.x), 3 (2.0-2.3), 4 (2.4: the servers'
 # sections moved into plugins, the CRI plugin's did not); its runtimes' table is below it.
@@ -54,7 +55,16 @@ _STRING = re.compile(r"\"((?:[^\"\\]|\\.)*)\"|'([^']*)'")
 
 def hook_entry(python: str, kubecpu: str, config: str, timeout: int) -> Dict[str, Any]:
     """kubecpu's OCI hook entry: the node's interpreter isolated and without site packages (the hook's start-up),
-    ``bin/kubecpu hook`` with the agent's configuration file."""
+    ``bin/kubecpu hook`` with the agent's configuration file. Refused before anything is written: a path that is not
+    absolute (the OCI runtime spec wants the hook's path absolute, and the runtime runs it from a directory of its
+    own) and a timeout outside 1-``MAX_HOOK_TIMEOUT`` seconds (the spec wants it greater than zero, and the hook is
+    fail-closed: a hook the runtime cannot run lets no container start)."""
+    for name, path in (("python", python), ("kubecpu", kubecpu), ("config", config)):
+        if not os.path.isabs(path) or "\x00" in path:
+            raise ConfigError("the hook's %s %r is not an absolute path" % (name, path))
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or not 1 <= timeout <= MAX_HOOK_TIMEOUT:
+        raise ConfigError("the hook's timeout must be 1-%d seconds (the kubelet's default runtimeRequestTimeout), "
+                          "got %r" % (MAX_HOOK_TIMEOUT, timeout))
     return {"path": python, "args": [python, "-I", "-S", kubecpu, "hook", "--config", config], "timeout": timeout}
 
 

@@ -270,4 +270,5 @@ def test_kubelet_health_waits_then_checks_again_and_fails_naming_the_cause(tmp_p
         assert down["rc"] == 1 and "%s/down did not answer 200 within 0 s (last: HTTP 500" % base in down["msg"]
         assert down["error_type"] == "HealthError"
         negative = run(cpu_manager_kubelet_health, {"settle": -1}, capsys)
-        assert negative["rc"] == 1 and "settle must not be negative, got -1" in negative["msg"]
+        assert negative["rc"] == 1 and negative["msg"] == "settle must be 0-600 seconds, got -1"
+        assert negative["error_type"] == "ConfigError"

@@ -129,6 +129,7 @@ def test_check_mode_writes_and_reloads_nothing_and_shows_each_file(tmp_path):
     (True, "0-1", ["sshd"], ConfigError, "unit 'sshd': not a systemd service, slice or scope name"),
     (True, "0-1", ["../../etc/passwd.service"], ConfigError, "not a systemd service"),
     (True, "0-1", ["a b.service"], ConfigError, "not a systemd service"),
+    (True, "6-9", UNITS, ConfigError, "cpus 6-9: CPU 8-9 not online (online: 0-7), the daemons cannot be confined"),
 ])
 def test_bad_input_is_refused_before_anything_is_written(tmp_path, present, cpus, units, error, message):
     node = Node(str(tmp_path))
@@ -141,9 +142,13 @@ def test_unreadable_inputs_name_the_file(tmp_path):
     node = Node(str(tmp_path))
     with open(os.path.join(node.root, "sys/devices/system/cpu/online"), "w", encoding="utf-8") as handle:
         handle.write("")
+    for present in (True, False):  # confined to CPUs it cannot tell online, or given back to every online CPU
+        with pytest.raises(ConfigError, match=r"cannot read the online CPUs from .*sys/devices/system/cpu"):
+            node.apply(present)
+    assert not os.path.exists(node.systemd)
+    with open(os.path.join(node.root, "sys/devices/system/cpu/online"), "w", encoding="utf-8") as handle:
+        handle.write("0-7\n")
     node.apply(True)
-    with pytest.raises(ConfigError, match=r"cannot read the online CPUs from .*sys/devices/system/cpu"):
-        node.apply(False)
     path = os.path.join(node.systemd, "system.slice.d", DROPIN)
     with open(path, "w", encoding="utf-8") as handle:
         handle.write("#" * (MAX_FILE_BYTES + 1))

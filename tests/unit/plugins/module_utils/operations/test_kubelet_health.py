@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import HealthError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError, HealthError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_health import (
-    BODY_BYTES, POLL_SECONDS, check_health, probe_url, restarts)
+    BODY_BYTES, MAX_SETTLE, MAX_TIMEOUT, POLL_SECONDS, check_health, probe_url, restarts)
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import health_url
 
 URL = "http://127.0.0.1:10248/healthz"
@@ -33,8 +33,8 @@ class Node:
         self.slept.append(seconds)
         self.now += seconds
 
-    def check(self, timeout=10, settle=15):
-        return check_health(URL, "kubelet", timeout, settle, probe=self.probe, run=self.run, clock=lambda: self.now,
+    def check(self, timeout=10, settle=15, url=URL, service="kubelet"):
+        return check_health(url, service, timeout, settle, probe=self.probe, run=self.run, clock=lambda: self.now,
                             sleep=self.sleep)
 
 
@@ -74,6 +74,36 @@ def test_a_kubelet_that_does_not_come_up_or_does_not_stay_up_is_named(answers, c
     assert str(raised.value) == message or message in str(raised.value)
 
 
+@pytest.mark.parametrize("args,message", [
+    ({"url": "not a url"}, "url 'not a url': not an http or https URL with a host"),
+    ({"url": "ftp://127.0.0.1/healthz"}, "url 'ftp://127.0.0.1/healthz': not an http or https URL with a host"),
+    ({"url": "http:///healthz"}, "url 'http:///healthz': not an http or https URL with a host"),
+    ({"url": "http://127.0.0.1:port/healthz"}, "url 'http://127.0.0.1:port/healthz': Port could not be cast to"),
+    ({"url": "http://127.0.0.1:99999/healthz"}, "url 'http://127.0.0.1:99999/healthz': Port out of range"),
+    ({"service": "-H root@elsewhere"}, "service '-H root@elsewhere': not a systemd unit name"),  # never a flag
+    ({"service": "kubelet; reboot"}, "service 'kubelet; reboot': not a systemd unit name"),
+    ({"service": ""}, "service '': not a systemd unit name"),
+    ({"service": "k" * 256}, "not a systemd unit name"),
+    ({"timeout": -1}, "timeout must be 0-%d seconds, got -1" % MAX_TIMEOUT),
+    ({"timeout": MAX_TIMEOUT + 1}, "timeout must be 0-3600 seconds, got 3601"),
+    ({"settle": -0.5}, "settle must be 0-%d seconds, got -0.5" % MAX_SETTLE),
+    ({"settle": 10**9}, "settle must be 0-600 seconds, got 1000000000"),
+])
+def test_a_bad_url_service_or_time_is_refused_before_anything_is_asked(args, message):
+    node = Node([OK])
+    with pytest.raises(ConfigError) as raised:
+        node.check(**args)
+    assert message in str(raised.value)
+    assert node.asked == [] and node.slept == []  # nothing asked, no wait
+
+
+@pytest.mark.parametrize("service", ["kubelet", "kubelet.service", "kubelet@node-1.service", "sys-fs-cgroup.mount"])
+def test_a_unit_name_systemd_allows_is_taken(service):
+    node = Node([OK])
+    node.run = lambda argv: (0, "0\n", "") if argv[-1] == service else (1, "", "wrong unit")
+    assert node.check(service=service, settle=0)["service"] == service
+
+
 def test_the_wait_polls_until_the_timeout_and_no_longer():
     node = Node([REFUSED])
     with pytest.raises(HealthError):
@@ -101,6 +131,6 @@ def test_probe_url_asks_a_real_server_and_reads_a_bounded_answer(server):
     assert probe_url(server + "/down") == (503, "Service Unavailable")
     status, said = probe_url("http://127.0.0.1:1/healthz")  # nothing listens there
     assert status is None and "refused" in said
-    assert probe_url("not a url") == (None, "not an http or https URL")
-    assert probe_url("ftp://127.0.0.1/healthz") == (None, "not an http or https URL")
+    assert probe_url("not a url") == (None, "url 'not a url': not an http or https URL with a host")
+    assert probe_url("ftp://127.0.0.1/healthz")[0] is None
     assert probe_url(server.replace("http:", "https:") + "/healthz")[0] is None  # no TLS there: no answer

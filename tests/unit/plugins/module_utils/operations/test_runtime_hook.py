@@ -97,6 +97,27 @@ def test_the_hook_is_added_once_and_removed_leaving_the_others():
                              "/etc/kubecpu/agent.json"]
 
 
+@pytest.mark.parametrize("python, kubecpu, config, timeout, message", [
+    ("python3", "/opt/kubecpu/bin/kubecpu", "/etc/kubecpu/agent.json", 10, "the hook's python 'python3' is not an "
+     "absolute path"),  # the OCI runtime spec wants the hook's path absolute
+    ("/usr/bin/python3", "bin/kubecpu", "/etc/kubecpu/agent.json", 10, "the hook's kubecpu 'bin/kubecpu' is not"),
+    ("/usr/bin/python3", "/opt/kubecpu/bin/kubecpu", "agent.json", 10, "the hook's config 'agent.json' is not"),
+    ("/usr/bin/python3\x00", "/opt/kubecpu/bin/kubecpu", "/etc/kubecpu/agent.json", 10, "python"),
+    ("/usr/bin/python3", "/opt/kubecpu/bin/kubecpu", "/etc/kubecpu/agent.json", 0, "timeout must be 1-120 seconds "
+     "\\(the kubelet's default runtimeRequestTimeout\\), got 0"),
+    ("/usr/bin/python3", "/opt/kubecpu/bin/kubecpu", "/etc/kubecpu/agent.json", -5, "got -5"),
+    ("/usr/bin/python3", "/opt/kubecpu/bin/kubecpu", "/etc/kubecpu/agent.json", 121, "got 121"),
+    ("/usr/bin/python3", "/opt/kubecpu/bin/kubecpu", "/etc/kubecpu/agent.json", True, "got True"),
+])
+def test_a_hook_the_runtime_could_not_run_is_refused(python, kubecpu, config, timeout, message):
+    with pytest.raises(ConfigError, match=message):
+        hook_entry(python, kubecpu, config, timeout)
+
+
+def test_the_timeouts_bounds_are_taken():
+    assert [hook_entry("/p", "/k", "/c", timeout)["timeout"] for timeout in (1, 120)] == [1, 120]
+
+
 @pytest.mark.parametrize("text, version", [
     ("containerd github.com/containerd/containerd v1.7.24 61f9fd88f79f081d64d6fa3bb1a0dc71ec870523", (1, 7)),
     ("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3", (1, 6)),
