@@ -40,7 +40,7 @@ options:
     default: present
   cpus:
     description: The reserved CPUs (a Linux CPU list, such as C(0-1)), each online on the node (a CPU that is not
-      would leave the daemons unconfined). Required with O(state=present).
+      is a mistyped or stale reservation, refused before anything is written). Required with O(state=present).
     type: str
   units:
     description: The systemd units (services, slices, scopes) to confine.

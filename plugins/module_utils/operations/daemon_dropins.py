@@ -114,7 +114,7 @@ def apply(*, present: bool, cpus: Optional[str], units: Sequence[str], cgroup_ro
         if not confined:
             raise ConfigError("no reserved CPUs to confine the system daemons to (cpus is empty)")
         online = _online(sysfs_root)
-        if not confined.issubset(online):  # systemd could not write such a cpuset: the daemons would stay unconfined
+        if not confined.issubset(online):  # a mistyped or stale reservation: not CPUs the daemons can run on
             raise ConfigError("cpus %s: CPU %s not online (online: %s), the daemons cannot be confined to it"
                               % (confined, confined.difference(online), online))
         text = str(confined)
