@@ -18,6 +18,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import threading
 import time
 from typing import Iterator, List, Mapping, Optional, Tuple
 
@@ -29,7 +30,13 @@ from ..kubelet.state import CPUState
 from .hook_view import identity, view_path, write_view
 from .state_paths import DEFAULT_PATH, KUBELET_PATH
 
+# seconds a waiter waits for the lock while nobody takes it (a holder that is stuck or dead); a waiter with
+# ``hard_timeout`` (the OCI hook, the NRI plugin: the runtime waits for their answer) waits no longer in all
 LOCK_TIMEOUT = 60.0
+# seconds between two tries for the lock: the first wait, doubled after each try up to the second. Each try is a
+# Python step; at a fixed 5 ms twenty-five waiting module runs on a starved node spent the CPU share the holder needed
+LOCK_POLL = (0.005, 0.05)
+LOCK_BEAT = 1.0  # seconds between two touches of the lock file by a holder that keeps it (a sign of life to waiters)
 ABSENT = "absent"  # the fingerprint of a file that does not exist
 
 
@@ -46,20 +53,33 @@ def opened_read_only(path: str, read_only: Optional[bool] = None, *, kubelet_sto
     return bool(read_only) or is_kubelets
 
 
+def _touch(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.utime(fd)
+
+
+def _beat(fd: int, stop: threading.Event) -> None:
+    """Touch the held lock's file every ``LOCK_BEAT`` seconds until ``stop``: its waiters see the holder alive."""
+    while not stop.wait(LOCK_BEAT):
+        _touch(fd)
+
+
 class StateStore:
     """One checkpoint file for one configured policy."""
 
     def __init__(self, path: str = DEFAULT_PATH, policy_name: str = "static", read_only: Optional[bool] = None,
                  lock_timeout: float = LOCK_TIMEOUT,
                  initial_containers: Optional[Mapping[str, Tuple[str, str]]] = None, *,
-                 kubelet_stopped: bool = False, kubelet: KubeletVersion = DEFAULT) -> None:
+                 kubelet_stopped: bool = False, kubelet: KubeletVersion = DEFAULT, hard_timeout: bool = False) -> None:
         """``kubelet_stopped``: the caller has stopped the kubelet, so its own checkpoint may be written (a rewrite,
-        a rebuild, a reset); otherwise that file is only ever read."""
+        a rebuild, a reset); otherwise that file is only ever read. ``hard_timeout``: ``lock_timeout`` bounds the
+        whole wait for the lock, not only a wait in which nobody took it (see ``locked``)."""
         self.path = os.path.abspath(path)
         self.policy_name = policy_name
         self.kubelet = kubelet  # whose format is read and written
         self.read_only = opened_read_only(path, read_only, kubelet_stopped=kubelet_stopped)
         self.lock_timeout = lock_timeout
+        self.hard_timeout = hard_timeout
         self.initial_containers = initial_containers
         self.directory = os.path.dirname(self.path)
         # The bytes last read or written and their state: a process that reads the file it wrote (the
@@ -79,7 +99,15 @@ class StateStore:
     def locked(self) -> Iterator[None]:
         """Exclusive lock for a read-modify-write (shared for a read-only store, no lock file created). Reentrant: a
         holder's nested ``locked()`` (the OCI hook allocates, then writes cgroups, under one lock) does not wait for
-        itself."""
+        itself.
+
+        A holder touches the lock file's mtime when it gets the lock and every ``LOCK_BEAT`` seconds while it keeps
+        it, so a waiter tells a busy lock from one whose holder is stuck: it gives up after ``lock_timeout`` seconds
+        without a touch (with ``hard_timeout``, after ``lock_timeout`` seconds in all). A dead holder releases the lock
+        with its descriptor; a live one is bounded by the timeout of each call it makes. Before, the whole wait was
+        bounded: on a starved node (two CPUs behind four busier processes, 2026-12-02) module runs waiting beside the
+        agent failed after 60 s while one run inspected a hundred new containers through a stand-in crictl under the
+        lock, and, the tries not being fair, while the lock went from one waiter to the next."""
         if self.read_only or self._depth:
             self._depth += 1
             try:
@@ -90,6 +118,8 @@ class StateStore:
         fd = self._open_lock()
         try:
             deadline = time.monotonic() + self.lock_timeout
+            taken = None  # the lock file's mtime when last looked at: a new one is a new holder
+            pause = LOCK_POLL[0]
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -97,15 +127,31 @@ class StateStore:
                 except OSError as exc:
                     if exc.errno not in (errno.EAGAIN, errno.EACCES):
                         raise StoreError("cannot lock %s.lock: %s" % (self.path, exc.strerror)) from None
-                    if time.monotonic() > deadline:
-                        raise StoreError("timed out after %.0fs waiting for the lock on %s (another kubecpu "
-                                         "process holds it)" % (self.lock_timeout, self.path)) from None
-                    time.sleep(0.005)
+                    now = time.monotonic()
+                    if not self.hard_timeout:
+                        stamp = os.fstat(fd).st_mtime_ns
+                        if stamp != taken:
+                            taken, deadline = stamp, now + self.lock_timeout
+                    if now > deadline:
+                        how = "" if self.hard_timeout else " with no sign of life"
+                        raise StoreError("timed out after %.0fs waiting for the lock on %s (another kubecpu process "
+                                         "holds it%s)" % (self.lock_timeout, self.path, how)) from None
+                    time.sleep(pause)
+                    pause = min(2 * pause, LOCK_POLL[1])
+            _touch(fd)  # taken: a waiter sees the lock change hands
+            beating = threading.Event()
+            beat = None
+            if not self.hard_timeout:  # a hard holder (the hook, the NRI plugin) keeps it only briefly
+                beat = threading.Thread(target=_beat, args=(fd, beating), name="kubecpu-lock-beat", daemon=True)
+                beat.start()
             self._depth = 1
             try:
                 yield
             finally:
                 self._depth = 0
+                beating.set()
+                if beat is not None:
+                    beat.join()
         finally:
             os.close(fd)  # closing the descriptor releases the lock
 

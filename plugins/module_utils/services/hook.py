@@ -73,7 +73,7 @@ class Hook:
         self.config = config
         self.cgroups = CgroupFS(config.cgroup_root)
         self.store = StateStore(config.state_path, config.policy, read_only=config.read_only or None,
-                                lock_timeout=lock_timeout, kubelet=config.kubelet)
+                                lock_timeout=lock_timeout, kubelet=config.kubelet, hard_timeout=True)
         self.marks = HookMarks.beside(self.store)
 
     def run(self, stdin: IO[bytes]) -> HookResult:

@@ -271,6 +271,7 @@ class NRIPlugin:
             self.request_timeout = request.request_timeout / 1000.0
         # the state lock must be had (or given up) well within the runtime's timeout
         self.manager.store.lock_timeout = self.request_timeout / 2
+        self.manager.store.hard_timeout = True
         self._say("info", "configured by %s %s" % (request.runtime_name, request.runtime_version),
                   request_timeout_seconds=self.request_timeout, events=EVENTS)
         return self.pb.ConfigureResponse(events=EVENTS)

@@ -3,9 +3,11 @@ crash safety under SIGKILL and many concurrent writers."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
+import re
 import signal
 import stat
 import subprocess
@@ -18,6 +20,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import decode, encode
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import state_store
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore, fingerprint
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import ROOT, fixture_as_document
 
@@ -172,6 +175,66 @@ def test_the_bytes_decide_whether_a_read_decodes_again(tmp_path):
     open(path, "wb").write(bytes(damaged))
     with pytest.raises(CheckpointError, match="checkpoint is corrupted"):
         mine.load()
+
+
+def _holder(path, seconds):
+    """A process keeping the lock ``seconds`` (its beat touching the lock file, as every holder's does): returns its pid
+    once it holds the lock."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        with StateStore(path).locked():
+            os.write(write_end, b"x")
+            time.sleep(seconds)
+        os._exit(0)
+    os.close(write_end)
+    os.read(read_end, 1)
+    os.close(read_end)
+    return pid
+
+
+@pytest.mark.parametrize("hard, outcome", [(False, 0), (True, 3)])
+def test_a_waiter_waits_while_the_holder_lives_and_a_hard_one_does_not(tmp_path, monkeypatch, hard, outcome):
+    """A holder keeps the lock 2.5 s, its beat touching the lock file every 0.05 s: a waiter with a timeout of 1 s gets
+    it after that; with hard_timeout (the hook's, the NRI plugin's) it gives up after 1 s in all."""
+    monkeypatch.setattr(state_store, "LOCK_BEAT", 0.05)
+    path = str(tmp_path / "cpu_manager_state")
+    holder = _holder(path, 2.5)
+    child = os.fork()
+    if child == 0:
+        try:
+            with StateStore(path, lock_timeout=1.0, hard_timeout=hard).locked():
+                os._exit(0)
+        except StoreError as exc:
+            os._exit(3 if "timed out after 1s waiting for the lock" in str(exc) else 4)
+    assert os.WEXITSTATUS(os.waitpid(child, 0)[1]) == outcome
+    assert os.WEXITSTATUS(os.waitpid(holder, 0)[1]) == 0
+
+
+def test_a_holder_with_no_sign_of_life_is_given_up_on(tmp_path):
+    """A lock held by something that never touches the file (a stuck holder, another program): the waiter's timeout."""
+    path = str(tmp_path / "cpu_manager_state")
+    with StateStore(path).locked():  # the lock file made
+        pass
+    fd = os.open(path + ".lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with pytest.raises(StoreError, match="timed out after 0s waiting for the lock on %s \\(another kubecpu process "
+                           "holds it with no sign of life\\)" % re.escape(path)):
+            with StateStore(path, lock_timeout=0.2).locked():
+                pass
+    finally:
+        os.close(fd)
+
+
+def test_taking_the_lock_touches_the_lock_file(tmp_path):
+    path = str(tmp_path / "cpu_manager_state")
+    with StateStore(path).locked():
+        pass
+    os.utime(path + ".lock", (0, 0))
+    with StateStore(path).locked():
+        assert os.stat(path + ".lock").st_mtime_ns > 0  # what a waiter watches
 
 
 def test_the_lock_is_reentrant_within_a_holder(tmp_path):

@@ -156,6 +156,7 @@ def test_a_lock_not_had_in_time_refuses_the_container(node):
     with StateStore(node.state).locked(), pytest.raises(HookRefusal, match="waiting for the lock"):
         node.run(app)
     assert time.monotonic() - started < 5 and node.cpus(app) == ALL
+    assert node.hook().store.hard_timeout  # within the runtime's hook timeout even while the lock changes hands
 
 
 def test_a_cgroup_it_cannot_write_refuses_the_container(node):

@@ -78,6 +78,7 @@ def test_configure_subscribes_to_the_container_events_and_takes_the_timeout(plug
                 "ConfigureResponse")
     assert reply.events == EVENTS == event_mask(4, 8, 10, 11) == 0b11010001000
     assert plugin.request_timeout == 1.5 and plugin.manager.store.lock_timeout == 0.75
+    assert plugin.manager.store.hard_timeout  # the runtime waits for the answer: no longer in all
 
 
 def test_create_pins_in_the_adjustment_and_shrinks_the_shared_in_the_same_reply(plugin):
