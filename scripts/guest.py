@@ -77,6 +77,7 @@ NICE = -5
 SERVER_ALIVE_MAX = 600
 SERVER_ALIVE_INTERVAL = 15  # seconds between ssh's keep-alives on it
 BOOT_TIMEOUT = 480.0  # seconds from QEMU's start to SSH and "running": 60-100 s idle, 180-210 s beside the suite
+APART_POLL = 1.0  # seconds between looks at the share for a command run apart from the SSH session (Guest.run_apart)
 with open(os.path.join(ROOT, "scripts", "guest_zipcache.py"), encoding="utf-8") as _source:
     _ZIPCACHE = _source.read()
 FILES = {  # written into the image: path -> content
@@ -416,6 +417,38 @@ class Guest:
         except subprocess.TimeoutExpired as exc:
             raise GuestError("in the guest, %s: no end within %.0f s" % (command, timeout)) from exc
 
+    def run_apart(self, argv: Sequence[str], name: str, timeout: float, output: IO[bytes]) -> int:
+        """``argv`` in the checkout like ``run``, but in a session of its own in the guest, its output and then its exit
+        code written to the share (``<name>.out``, ``<name>.rc``): a dropped SSH connection loses neither (on
+        2026-12-02 one took the in-guest pytest's report with it). The output is copied to ``output`` as it grows;
+        its exit code once the share has it, a GuestError when QEMU exits or ``timeout`` passes first."""
+        out, code = os.path.join(self.share, name + ".out"), os.path.join(self.share, name + ".rc")
+        for path in (out, code):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        inside = "cd {root} && {env}{command} </dev/null >/share/{name}.out 2>&1; echo $? >/share/{name}.rc.tmp && " \
+                 "mv /share/{name}.rc.tmp /share/{name}.rc".format(
+                     root=GUEST_ROOT, env=PYCACHE, command=" ".join(_quote(part) for part in argv), name=_quote(name))
+        self.ssh(["sh", "-c", "setsid -f sh -c %s </dev/null >/dev/null 2>&1" % _quote(inside)], timeout=60)
+        deadline = time.monotonic() + timeout
+        copied = 0
+        while True:
+            done = os.path.exists(code)  # before the last copy: everything it wrote is in the file by then
+            with contextlib.suppress(FileNotFoundError), open(out, "rb") as handle:
+                handle.seek(copied)
+                chunk = handle.read()
+                output.write(chunk)
+                output.flush()
+                copied += len(chunk)
+            if done:
+                with open(code, encoding="ascii") as handle:
+                    return int(handle.read().strip())
+            if self.proc is not None and self.proc.poll() is not None:
+                raise GuestError("QEMU exited (%s) while %s ran:\n%s" % (self.proc.returncode, name, self.log()))
+            if time.monotonic() > deadline:
+                raise GuestError("in the guest, %s: no end within %.0f s" % (" ".join(argv), timeout))
+            time.sleep(APART_POLL)
+
 
 # The guest stage of scripts/test.sh: groups of tests, a fresh guest each, side by side (each guest emulates on one
 # host core). "guest": pytest inside the guest; "host": pytest here against that guest (KUBECPU_GUEST names it).
@@ -559,9 +592,9 @@ def _group(name: str, output: str, timeout: float, results: Dict[str, Tuple[int,
                 code = 0
                 if spec.get("guest"):
                     began = time.monotonic()
-                    code = guest.run(["python3", "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEP",
-                                      "--durations=20", "--junitxml=/share/junit.xml", *spec["guest"]],
-                                     timeout=max(60.0, started + timeout - time.monotonic()), output=log)
+                    code = guest.run_apart(["python3", "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEP",
+                                            "--durations=20", "--junitxml=/share/junit.xml", *spec["guest"]],
+                                           "pytest", max(60.0, started + timeout - time.monotonic()), log)
                     _timing(output, time.monotonic() - began,
                             "  group %s: pytest in the guest: %s" % (name, " ".join(spec["guest"])))
                     busy.append(("in the guest", guest.cpu_seconds()))
