@@ -383,13 +383,16 @@ class Guest:
         """One SSH connection per guest, shared by every command (the stage's and its host tests': the same path for
         the same port): a key exchange costs the guest's sshd 1-2 s under emulation, a command over the open
         connection a few milliseconds. A guest that does not answer for a while is starved, not gone: the connection
-        waits for it SERVER_ALIVE_MAX seconds (each command has its own timeout, and QEMU's exit closes the socket)."""
+        waits for it SERVER_ALIVE_MAX seconds (each command has its own timeout, and QEMU's exit closes the socket).
+        The connection lasts as long as the guest (``stop`` ends it): with ``ControlPersist=300`` it ended during a
+        386 s playbook of the kubelet role's (Ansible has connections of its own), and the next command's new one
+        failed (exit 255) on a starved guest on 2026-12-02."""
         return ["ssh", "-q", "-i", self.key, "-p", str(self.port), "-o", "StrictHostKeyChecking=no",
                 "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
                 "-o", "ServerAliveInterval=%d" % SERVER_ALIVE_INTERVAL,
                 "-o", "ServerAliveCountMax=%d" % (SERVER_ALIVE_MAX // SERVER_ALIVE_INTERVAL),
                 "-o", "LogLevel=ERROR", "-o", "ControlMaster=auto",
-                "-o", "ControlPath=%s" % self.control_path(), "-o", "ControlPersist=300", "root@127.0.0.1"]
+                "-o", "ControlPath=%s" % self.control_path(), "-o", "ControlPersist=yes", "root@127.0.0.1"]
 
     def control_path(self) -> str:
         return os.path.join(tempfile.gettempdir(), "kubecpu-ssh-%d" % self.port)
