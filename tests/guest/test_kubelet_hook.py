@@ -65,7 +65,14 @@ def test_a_container_the_hook_refuses_is_retried_by_the_kubelet_and_runs_once_cp
             assert all_running(lab, [late]) is None
             print("the hook refused late: %s" % refusals[0]["err"].strip())
             kubelet.remove("big", 0)
-            first["late"] = first_cpus(kubelet, late, "late, once big is gone,")
+            try:
+                first["late"] = first_cpus(kubelet, late, "late, once big is gone,")
+            except AssertionError:  # what the guest's temporary directory holds goes with the guest: say it here
+                print("the hook's last answers: %s" % hook_spec.answers(log)[-5:])
+                print("the agent's state: %s" % (open(state, encoding="utf-8").read() if os.path.exists(state)
+                                                 else "none"))
+                print("the kubelet's log, its end:\n%s" % kubelet.log(8000))
+                raise
             tries = len([a for a in hook_spec.answers(log) if a["rc"] != 0 and REFUSED in a["err"]])
             print("first instructions: %s; late refused %d times" % (
                 {name: sorted(c) for name, c in first.items()}, tries))
