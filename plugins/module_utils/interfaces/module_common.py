@@ -2,20 +2,20 @@
 # Apache License 2.0 (see LICENSE)
 """The thin adapter between AnsibleModule and the core: the topology options, plan results and error handling.
 
-It imports no more of the core than ``errors``, so a module that only reads the topology ships only that; the
+It imports no more of the core than ``errors`` and ``paths``, so a module that only reads the topology ships only that; the
 modules that manage a node add ``module_node``. The only file under module_utils that imports Ansible;
 ``bin/kubecpu`` imports neither (the agent's package leaves both out).
 """
 
 from __future__ import annotations
 
-import os
 import traceback
 from typing import Any, Callable, Dict, Iterable, List
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ..errors import ConfigError, KubecpuError
+from ..paths import is_absolute_path
 
 TOPOLOGY_ARGS: Dict[str, Dict[str, Any]] = {  # doc fragment kubecpu.cpu_manager.cpu_manager.topology
     "sysfs_root": {"type": "path", "default": "/"},
@@ -38,7 +38,7 @@ def absolute_paths(module: AnsibleModule, names: Iterable[str]) -> None:
     module runs in a directory of Ansible's choosing, where a relative path names nothing the operator meant."""
     for name in names:
         value = module.params[name]
-        if value and (not os.path.isabs(value) or "\x00" in value):
+        if value and not is_absolute_path(value):
             raise ConfigError("%s must be an absolute path, got %r" % (name, value))
 
 

@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Se
 
 from ..atomic import atomic_write
 from ..errors import ConfigError
+from ..paths import is_absolute_path
 
 Run = Callable[[List[str]], str]  # runs an argument list, returns its stdout; ConfigError when it fails
 
@@ -60,7 +61,7 @@ def hook_entry(python: str, kubecpu: str, config: str, timeout: int) -> Dict[str
     own) and a timeout outside 1-``MAX_HOOK_TIMEOUT`` seconds (the spec wants it greater than zero, and the hook is
     fail-closed: a hook the runtime cannot run lets no container start)."""
     for name, path in (("python", python), ("kubecpu", kubecpu), ("config", config)):
-        if not os.path.isabs(path) or "\x00" in path:
+        if not is_absolute_path(path):
             raise ConfigError("the hook's %s %r is not an absolute path" % (name, path))
     if isinstance(timeout, bool) or not isinstance(timeout, int) or not 1 <= timeout <= MAX_HOOK_TIMEOUT:
         raise ConfigError("the hook's timeout must be 1-%d seconds (the kubelet's default runtimeRequestTimeout), "

@@ -5,6 +5,9 @@ class from its cgroup parent (cgroupfs and systemd driver names, cgroup v1 and v
 
 from __future__ import annotations
 
+import posixpath
+
+from ..errors import RuntimeOutputError
 from ..kubelet.qos import BEST_EFFORT, BURSTABLE, GUARANTEED
 
 
@@ -18,12 +21,18 @@ def expand_systemd_slice(slice_name: str) -> str:
 
 
 def cgroupfs_path(spec_path: str) -> str:
-    """A runtime spec ``cgroupsPath`` in cgroupfs form: systemd ``slice:prefix:name`` paths are expanded."""
+    """A runtime spec ``cgroupsPath`` in cgroupfs form: systemd ``slice:prefix:name`` paths are expanded, and the
+    result is cleaned as runc cleans the cgroup path it creates (``utils.CleanPath``): rooted, ``..`` stops
+    at the root, no ``.``, doubled or trailing slash. A peer's ``/kubepods/../../etc`` is the ``/etc`` cgroup runc
+    made, never a directory above the cgroup mount. A NUL byte, which no cgroup's name holds, is a
+    ``RuntimeOutputError``."""
+    if "\x00" in spec_path:
+        raise RuntimeOutputError("the cgroup path %r holds a NUL byte" % spec_path)
     if ":" in spec_path and not spec_path.startswith("/"):
         slice_name, prefix, name = (spec_path.split(":") + ["", ""])[:3]
         leaf = "%s-%s.scope" % (prefix, name) if prefix else "%s.scope" % name
-        return "/" + expand_systemd_slice(slice_name) + "/" + leaf
-    return spec_path if spec_path.startswith("/") else "/" + spec_path
+        spec_path = expand_systemd_slice(slice_name) + "/" + leaf
+    return posixpath.normpath("/" + spec_path.lstrip("/"))
 
 
 def parent_path(parent: str) -> str:

@@ -20,6 +20,7 @@ import select
 import time
 
 from ..errors import HookInputError, RuntimeOutputError
+from ..paths import is_absolute_path
 from .cgroup_paths import cgroupfs_path, qos_from_cgroup
 from ..wire.json_lean import loads
 from .ids import check_container_id
@@ -115,7 +116,7 @@ def parse_state(data: bytes) -> HookState:
     doc = _json_object(data, "the OCI state on stdin")
     cid, bundle, pid = doc.get("id"), doc.get("bundle"), doc.get("pid", 0)
     annotations = doc.get("annotations") or {}
-    if not isinstance(cid, str) or not isinstance(bundle, str) or not os.path.isabs(bundle):
+    if not isinstance(cid, str) or not is_absolute_path(bundle):
         raise HookInputError("the OCI state on stdin has no container id or no absolute bundle path")
     if isinstance(pid, bool) or not isinstance(pid, int) or pid < 0:
         raise HookInputError("the OCI state on stdin has a bad pid %r" % (pid,))
@@ -158,9 +159,13 @@ def container(state: HookState, config: Dict[str, Any]) -> Optional[HookedContai
     spec_path = linux.get("cgroupsPath", "")
     if not isinstance(spec_path, str):
         raise HookInputError("linux.cgroupsPath of container %s is not a string" % state.id)
+    try:
+        cgroup_path = cgroupfs_path(spec_path) if spec_path else ""
+    except RuntimeOutputError as exc:
+        raise HookInputError("linux.cgroupsPath of container %s: %s" % (state.id, exc)) from None
     numbers = [_number(cpu, "shares"), _number(cpu, "quota"), _number(cpu, "period"), _number(memory, "limit")]
-    return HookedContainer(kind, state.id, pod=[uid, pod_name, namespace], name=name,
-                           cgroup_path=cgroupfs_path(spec_path) if spec_path else "", resources=numbers)
+    return HookedContainer(kind, state.id, pod=[uid, pod_name, namespace], name=name, cgroup_path=cgroup_path,
+                           resources=numbers)
 
 
 def _read_limited(stream: IO[bytes], limit: int, timeout: float) -> bytes:

@@ -13,7 +13,7 @@ CORE = os.path.dirname(module_utils.__file__)
 PACKAGE = "ansible_collections.kubecpu.cpu_manager.plugins.module_utils"
 # Bottom to top; a layer may import the layers of a lower rank. kubelet and wire share the bottom and ignore each other.
 RANK = {"kubelet": 0, "wire": 0, "runtime": 1, "node": 2, "services": 3, "operations": 4, "interfaces": 5}
-ROOT = {"errors", "atomic"}  # shared by every layer
+ROOT = {"errors", "atomic", "paths"}  # shared by every layer
 MAX_LINES = 450
 LIMITS = {"node/manager.py": 250}
 

@@ -80,6 +80,25 @@ def test_a_refusal_is_exit_1_and_a_bad_flag_exit_2(tmp_path):
     assert hook(stdin, [*flags, "--no-such-flag"]).returncode == 2
 
 
+@pytest.mark.parametrize("where", ["bundle", "cgroupsPath"])
+def test_a_nul_byte_from_the_runtime_is_one_line_and_exit_1_never_a_traceback(tmp_path, where):
+    """A path no system call takes, in the OCI state or in config.json: the hook names it; the container is not
+    created (fail-closed) and nothing is written."""
+    stdin, flags = node(tmp_path)
+    state = json.loads(stdin)
+    if where == "bundle":
+        stdin = json.dumps(dict(state, bundle=state["bundle"] + "\x00x"))
+    else:
+        config = json.loads((tmp_path / "bundle" / "config.json").read_text())
+        config["linux"]["cgroupsPath"] += "\x00"
+        (tmp_path / "bundle" / "config.json").write_text(json.dumps(config))
+    done = hook(stdin, flags)
+    message = done.stderr.splitlines()[0]
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert ("no absolute bundle path" if where == "bundle" else "holds a NUL byte") in message
+    assert not (tmp_path / "state").exists()
+
+
 def test_the_agents_configuration_file_serves_the_hook(tmp_path):
     """The role writes one configuration for the service; the hook reads the same file."""
     stdin, flags = node(tmp_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import RuntimeOutputError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroup_paths import (cgroupfs_path,
                                                                                                expand_systemd_slice,
                                                                                                is_pod_cgroup,
@@ -28,6 +29,24 @@ def test_slices_expand_to_their_parents(name, path):
 ])
 def test_systemd_cgroup_paths_are_expanded(spec, path):
     assert cgroupfs_path(spec) == path
+
+
+@pytest.mark.parametrize("spec, path", [  # runc's utils.CleanPath: what it creates is what kubecpu reads and writes
+    ("kubepods/pod1/abc", "/kubepods/pod1/abc"),
+    ("/kubepods/pod1/abc/", "/kubepods/pod1/abc"),
+    ("//kubepods//pod1/./abc", "/kubepods/pod1/abc"),
+    ("/kubepods/../../../etc", "/etc"),
+    ("../../..", "/"),
+    ("kubepods-pod1.slice:cri-containerd:../../x", "/kubepods.slice/kubepods-pod1.slice/x.scope"),
+])
+def test_a_cgroup_path_is_cleaned_as_runc_cleans_it_and_never_leaves_the_root(spec, path):
+    assert cgroupfs_path(spec) == path
+
+
+@pytest.mark.parametrize("spec", ["/kubepods/pod1/\x00abc", "kubepods-pod1.slice:crio:a\x00b"])
+def test_a_cgroup_path_with_a_nul_byte_is_the_runtimes_error(spec):
+    with pytest.raises(RuntimeOutputError, match="holds a NUL byte"):
+        cgroupfs_path(spec)
 
 
 @pytest.mark.parametrize("path, qos", [

@@ -43,6 +43,19 @@ def test_the_systemd_driver_and_a_status_without_an_oci_spec():
     assert container_info(status, {}).qos == ""  # unknown: describe asks the sandbox
 
 
+@pytest.mark.parametrize("spec, error", [
+    ({"runtimeSpec": {"linux": {"cgroupsPath": "/kubepods/../../../etc/abc/"}}}, None),  # runc made /etc/abc
+    ({"runtimeSpec": {"linux": {"cgroupsPath": "/kubepods/podu/a\x00bc"}}}, "holds a NUL byte"),
+])
+def test_a_runtimes_cgroup_path_is_the_cleaned_one_and_a_nul_byte_the_containers_error(spec, error):
+    status = {"id": "abc", "labels": {"io.kubernetes.pod.uid": "u", "io.kubernetes.container.name": "app"}}
+    if error is None:
+        assert container_info(status, spec).cgroup_path == "/etc/abc"
+    else:
+        with pytest.raises(RuntimeOutputError, match=error):
+            container_info(status, spec)
+
+
 def test_the_create_time_config_wins_over_the_status_resources():
     status = {"id": "abc", "resources": {"linux": {"cpuShares": "2", "cpuQuota": "-1"}}}
     info = {"config": {"linux": {"resources": {"cpu_shares": 2048, "cpu_quota": 200000, "cpu_period": 100000}}}}

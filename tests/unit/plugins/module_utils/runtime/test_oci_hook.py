@@ -63,6 +63,8 @@ def test_the_state_on_stdin_is_read_from_a_pipe():
     (b"[]", "is not a JSON object"),
     (json.dumps(state_doc(id=None)).encode(), "no container id"),
     (json.dumps(state_doc(bundle="relative/dir")).encode(), "no absolute bundle path"),
+    (json.dumps(state_doc(bundle="/run/b/\x00x")).encode(), "no absolute bundle path"),  # no system call takes it
+    (json.dumps(state_doc(bundle=["/run/b"])).encode(), "no absolute bundle path"),
     (json.dumps(state_doc(pid=-1)).encode(), "bad pid"),
     (json.dumps(state_doc(pid=True)).encode(), "bad pid"),
     (json.dumps(state_doc(annotations={"a": 1})).encode(), "annotations that are not strings"),
@@ -153,11 +155,18 @@ def test_what_is_not_a_kubernetes_container_passes(annotations):
     (config_doc(cpu={"shares": 1.5}), "shares is not an integer"),
     (config_doc(memory={"limit": True}), "limit is not an integer"),
     ({"linux": {"cgroupsPath": 7}}, "cgroupsPath .* is not a string"),
+    ({"linux": {"cgroupsPath": "/kubepods/pod1/\x00"}}, "cgroupsPath of container %s: the cgroup path .* holds a "
+     "NUL byte" % CID),
     ({"linux": {"resources": {"cpu": []}}}, "linux.resources.cpu in config.json is not an object"),
 ])
 def test_a_bad_config_is_named(config, message):
     with pytest.raises(HookInputError, match=message):
         container(HookState(CID, 1, "/b", CONTAINERD), config)
+
+
+def test_a_cgroup_path_is_the_one_runc_made_never_one_above_the_cgroup_mount():
+    config = dict(config_doc(), linux=dict(config_doc()["linux"], cgroupsPath="/kubepods/../../../etc//./x/"))
+    assert container(HookState(CID, 1, "/b", CONTAINERD), config).cgroup_path == "/etc/x"
 
 
 def test_a_container_id_that_cannot_be_a_path_is_refused():
