@@ -56,8 +56,18 @@ def stand_in(tmp_path):
     node.update(root=root, state=str(tmp_path / "state"), config=str(tmp_path / "config.yaml"),
                 systemd=str(tmp_path / "systemd"), tools=str(tools),
                 containerd_config=str(tmp_path / "containerd.toml"),
-                kubelet_state=str(tmp_path / "kubelet_state"), dir=str(tmp_path))
+                kubelet_state=str(tmp_path / "kubelet_state"), dir=str(tmp_path), metrics=str(tmp_path / "kubecpu.prom"))
     return node
+
+
+def agent(node):
+    """The agent itself (``bin/kubecpu reconcile --loop``) on a stand-in node: it pins the recorded pods through the
+    stand-in crictl and rewrites its metrics after every pass, as on a real node."""
+    argv = [sys.executable, os.path.join(ROOT, "bin", "kubecpu"), "reconcile", "--loop", "--period", "2s",
+            "--sysfs-root", node["root"], "--state", node["state"], "--runtime", "crictl", "--crictl", node["crictl"],
+            "--cgroup-root", node["cgroup"], "--kubelet-state", os.path.join(node["dir"], "absent"),
+            "--num-reserved", "1", "--metrics-path", node["metrics"]]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def redirected(text, node):
@@ -86,6 +96,8 @@ def play(module, node, health):
                                     "sysfs_root": node["root"]},
                                 "kubecpu.cpu_manager.cpu_manager_kubelet_health": {  # a stand-in health URL
                                     "url": health, "settle": 0},
+                                "kubecpu.cpu_manager.cpu_manager_agent_health": {  # the agent below, on the stand-in
+                                    "metrics_path": node["metrics"]},
                                 "kubecpu.cpu_manager.cpu_manager_runtime_hook": {  # this machine's containerd 1.6
                                     "containerd_config": node["containerd_config"], "python": sys.executable,
                                     "spec_path": os.path.join(node["dir"], "kubecpu", "base-runtime-spec.json"),
@@ -98,8 +110,13 @@ def examples_run(tmp_path_factory):
     """Every module's examples in one ansible-playbook run: module -> (its stand-in, its tasks, its play's result,
     its host's stats), and the run itself."""
     nodes = {module: stand_in(tmp_path_factory.mktemp(module)) for module in MODULES}
-    with health_url.serve() as base:  # the stand-in kubelet's health URL, for the whole run
-        return _examples_run(nodes, base + "/healthz", tmp_path_factory)
+    running = agent(nodes["cpu_manager_agent_health"])  # the agent the health check gates, for the whole run
+    try:
+        with health_url.serve() as base:  # the stand-in kubelet's health URL, for the whole run
+            return _examples_run(nodes, base + "/healthz", tmp_path_factory)
+    finally:
+        running.terminate()
+        running.wait(timeout=60)
 
 
 def _examples_run(nodes, health, tmp_path_factory):
@@ -131,6 +148,10 @@ def test_the_examples_run(examples_run, module):
     assert not failed and stats is not None, failed or proc.stderr[-3000:]
     assert [task["task"]["name"] for task in played["tasks"]] == [task["name"] for task in tasks]  # none skipped
     assert stats["failures"] == 0 and stats["skipped"] == 0 and stats["unreachable"] == 0, stats
+    if module == "cpu_manager_agent_health":  # the count read first, then a pass of the agent waited for
+        before, gate = (task["hosts"][module] for task in played["tasks"][:2])
+        assert before["active"] is None and not before["fresh"] and gate["active"] and gate["fresh"], (before, gate)
+        assert gate["errors"] == 0 and os.path.exists(node["state"])  # the agent pinned the recorded pods
     if module == "cpu_manager_daemons":  # confined, then given back: reloaded each time, no drop-in left
         with open(os.path.join(node["dir"], "systemctl.log"), encoding="utf-8") as handle:
             assert handle.read().split("\n")[:-1] == ["daemon-reload"] * 3

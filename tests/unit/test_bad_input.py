@@ -24,9 +24,10 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces imp
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import encode
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.agent_health import check_agent
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_health import check_health
 from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
-    cpu_manager_admission, cpu_manager_allocate, cpu_manager_checkpoint, cpu_manager_daemons, cpu_manager_defrag,
+    cpu_manager_admission, cpu_manager_agent_health, cpu_manager_allocate, cpu_manager_checkpoint, cpu_manager_daemons, cpu_manager_defrag,
     cpu_manager_info, cpu_manager_kubelet_config, cpu_manager_kubelet_health, cpu_manager_reconcile,
     cpu_manager_reservation, cpu_manager_runtime_hook, cpu_topology_facts)
 
@@ -68,8 +69,8 @@ def node(tmp_path_factory):
 
 
 class Clock:
-    """Time for cpu_manager_kubelet_health that moves only when it sleeps: a drawn timeout or settle (a default one
-    where None was drawn) costs no wall time."""
+    """Time for cpu_manager_kubelet_health and cpu_manager_agent_health that moves only when it sleeps: a drawn
+    timeout or settle (a default one where None was drawn) costs no wall time."""
 
     def __init__(self):
         self.now = 0.0
@@ -148,6 +149,7 @@ MODULES = {
     "cpu_manager_runtime_hook": (cpu_manager_runtime_hook, ["state", "runtime", "python", "kubecpu", "config",
                                                             "timeout", "containerd_handler"]),
     "cpu_manager_kubelet_health": (cpu_manager_kubelet_health, ["url", "service", "timeout", "settle"]),
+    "cpu_manager_agent_health": (cpu_manager_agent_health, ["service", "active", "fresh", "errors_before", "timeout"]),
 }
 # where each of those writes: the node fixture's directory
 WRITERS = {
@@ -159,6 +161,7 @@ WRITERS = {
                                               "spec_path": os.path.join(node["dir"], "spec.json"),
                                               "containerd_binaries": os.path.join(node["dir"], "none")},
     "cpu_manager_kubelet_health": lambda node: {"url": "http://127.0.0.1:1/healthz", "timeout": 0, "settle": 0},
+    "cpu_manager_agent_health": lambda node: {"metrics_path": os.path.join(node["dir"], "kubecpu.prom"), "timeout": 0},
 }
 
 
@@ -175,6 +178,8 @@ def test_modules_answer_bad_input_with_a_clear_error(node, capsys, monkeypatch, 
     clock = Clock()
     monkeypatch.setattr(cpu_manager_kubelet_health, "check_health", lambda *args: check_health(
         *args, clock=lambda: clock.now, sleep=clock.sleep))
+    monkeypatch.setattr(cpu_manager_agent_health, "check_agent", lambda *args, **kwargs: check_agent(
+        *args, clock=lambda: clock.now, sleep=clock.sleep, **kwargs))
     args = {"topology_path": node["topology"]} if name not in ("cpu_topology_facts", *WRITERS) else {}
     if name in WRITERS:
         args.update(WRITERS[name](node))

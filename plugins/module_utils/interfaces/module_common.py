@@ -2,8 +2,8 @@
 # Apache License 2.0 (see LICENSE)
 """The thin adapter between AnsibleModule and the core: the topology options, plan results and error handling.
 
-It imports no more of the core than ``errors`` and ``paths``, so a module that only reads the topology ships only that; the
-modules that manage a node add ``module_node``. The only file under module_utils that imports Ansible;
+It imports no more of the core than ``errors`` and ``paths``, so a module that only reads the topology ships only
+those; the modules that manage a node add ``module_node``. The only file under module_utils that imports Ansible;
 ``bin/kubecpu`` imports neither (the agent's package leaves both out).
 """
 

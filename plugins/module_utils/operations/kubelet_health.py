@@ -83,6 +83,12 @@ def restarts(service: str, run: CommandRunner = run_command) -> int:
     return int(text)
 
 
+def check_unit(service: str) -> None:
+    """A ConfigError unless ``service`` is a systemd unit name (never one of systemctl's flags)."""
+    if not isinstance(service, str) or not _UNIT.match(service):
+        raise ConfigError("service %r: not a systemd unit name" % (service,))
+
+
 def check_health(url: str, service: str, timeout: float, settle: float, *, probe: Probe = probe_url,
                  run: CommandRunner = run_command, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
@@ -90,8 +96,7 @@ def check_health(url: str, service: str, timeout: float, settle: float, *, probe
     ``service`` must not have been restarted meanwhile. A HealthError says which of these failed; a ConfigError, before
     anything is asked, that ``url`` is not one, ``service`` no unit name or a time is outside its bounds."""
     _split(url)
-    if not _UNIT.match(service):
-        raise ConfigError("service %r: not a systemd unit name" % (service,))
+    check_unit(service)
     for name, value, most in (("timeout", timeout, MAX_TIMEOUT), ("settle", settle, MAX_SETTLE)):
         if not 0 <= value <= most:
             raise ConfigError("%s must be 0-%d seconds, got %s" % (name, most, value))

@@ -116,7 +116,7 @@ def parse_state(data: bytes) -> HookState:
     doc = _json_object(data, "the OCI state on stdin")
     cid, bundle, pid = doc.get("id"), doc.get("bundle"), doc.get("pid", 0)
     annotations = doc.get("annotations") or {}
-    if not isinstance(cid, str) or not is_absolute_path(bundle):
+    if not isinstance(cid, str) or not isinstance(bundle, str) or not is_absolute_path(bundle):
         raise HookInputError("the OCI state on stdin has no container id or no absolute bundle path")
     if isinstance(pid, bool) or not isinstance(pid, int) or pid < 0:
         raise HookInputError("the OCI state on stdin has a bad pid %r" % (pid,))

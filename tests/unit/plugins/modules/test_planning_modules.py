@@ -1,5 +1,5 @@
-"""cpu_manager_reservation, cpu_manager_kubelet_config and cpu_manager_kubelet_health in-process: results, check
-mode, clear failures."""
+"""cpu_manager_reservation, cpu_manager_kubelet_config, cpu_manager_kubelet_health and cpu_manager_agent_health
+in-process: results, check mode, clear failures."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import fingerprint
 from ansible_collections.kubecpu.cpu_manager.plugins.modules import (
-    cpu_manager_checkpoint, cpu_manager_info, cpu_manager_kubelet_config, cpu_manager_kubelet_health,
+    cpu_manager_agent_health, cpu_manager_checkpoint, cpu_manager_info, cpu_manager_kubelet_config, cpu_manager_kubelet_health,
     cpu_manager_reservation)
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs, health_url
@@ -272,3 +272,26 @@ def test_kubelet_health_waits_then_checks_again_and_fails_naming_the_cause(tmp_p
         negative = run(cpu_manager_kubelet_health, {"settle": -1}, capsys)
         assert negative["rc"] == 1 and negative["msg"] == "settle must be 0-600 seconds, got -1"
         assert negative["error_type"] == "ConfigError"
+
+
+def test_agent_health_reads_the_count_then_gates_on_a_fresh_pass(tmp_path, capsys, monkeypatch):
+    """One module run each: before the change (only the count read), after it (systemctl on PATH says active, a pass
+    rewrote the metrics file meanwhile); a counter that rose fails the node, naming both counts."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "systemctl").write_text('#!/bin/sh\n[ "$1 $2" = "is-active kubecpu-agent" ] && echo active\n')
+    (tools / "systemctl").chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (tools, __import__("os").environ["PATH"]))
+    metrics = tmp_path / "kubecpu.prom"
+    never = run(cpu_manager_agent_health, {"metrics_path": str(metrics), "active": False, "fresh": False}, capsys)
+    assert never["rc"] == 0 and never["errors"] == 0 and never["active"] is None and not never["changed"]
+    metrics.write_text("cpu_manager_pinning_errors_total 1\n")  # a pass just now, as the agent writes it
+    after = run(cpu_manager_agent_health, {"metrics_path": str(metrics), "errors_before": 1, "timeout": 5}, capsys,
+                check_mode=True)
+    assert after["rc"] == 0 and after["active"] is True and after["errors"] == 1 and after["fresh"]
+    rose = run(cpu_manager_agent_health, {"metrics_path": str(metrics), "errors_before": 0, "timeout": 5}, capsys)
+    assert rose["rc"] == 1 and rose["error_type"] == "HealthError"
+    assert rose["msg"] == ("cpu_manager_pinning_errors_total rose from 0 to 1 after the change; see journalctl -u "
+                           "kubecpu-agent")
+    relative = run(cpu_manager_agent_health, {"metrics_path": "kubecpu.prom"}, capsys)
+    assert relative["rc"] == 1 and relative["error_type"] == "ConfigError" and "absolute path" in relative["msg"]
