@@ -70,12 +70,14 @@ def pinning_errors(text: str, path: str) -> int:
 
 def check_agent(service: str, metrics_path: str, timeout: float, *, active: bool = True, fresh: bool = True,
                 errors_before: Optional[int] = None, run: CommandRunner = run_command,
-                clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+                clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
     """With ``active``, ``service`` must be active (asked again, up to ``timeout`` seconds, while systemd is still
-    starting it); with ``fresh``, a pass must finish after this call began (the metrics file rewritten, up to
-    ``timeout`` seconds, one second of clock granularity allowed); with ``errors_before``, the pinning error counter
-    must not be above it. A HealthError says which of these failed; a ConfigError, before anything is asked, that an
-    argument is not one."""
+    starting it); with ``fresh``, a pass must finish after this call began (the metrics file's modification time, on
+    the ``wall`` clock, rewritten, up to ``timeout`` seconds on ``clock``, which a change of the node's time does not
+    move; one second of file system granularity allowed); with ``errors_before``, the pinning error counter must not
+    be above it. A HealthError says which of these failed; a ConfigError, before anything is asked, that an argument
+    is not one."""
     check_unit(service)
     if not is_absolute_path(metrics_path):
         raise ConfigError("metrics_path must be an absolute path, got %r" % (metrics_path,))
@@ -83,7 +85,7 @@ def check_agent(service: str, metrics_path: str, timeout: float, *, active: bool
         raise ConfigError("timeout must be 0-%d seconds, got %s" % (MAX_TIMEOUT, timeout))
     if errors_before is not None and (isinstance(errors_before, bool) or errors_before < 0):
         raise ConfigError("errors_before must be a count (0 or more), got %r" % (errors_before,))
-    started = clock()
+    started, since = clock(), wall()
     state = ""
     while active:
         state = service_state(service, run)
@@ -94,7 +96,7 @@ def check_agent(service: str, metrics_path: str, timeout: float, *, active: bool
                               % (service, state or "unknown", service))
         sleep(POLL_SECONDS)
     metrics = read_metrics(metrics_path)
-    while fresh and (metrics is None or metrics[0] < started - 1):
+    while fresh and (metrics is None or metrics[0] < since - 1):
         if clock() - started >= timeout:
             raise HealthError("no pass of %s finished within %d s: %s %s" % (
                 service, timeout, metrics_path, "does not exist" if metrics is None else "was not rewritten"))

@@ -52,8 +52,8 @@ class Node:
             self._write(errors, START + at)
 
     def check(self, timeout=10, **kwargs):
-        return check_agent("kubecpu-agent", self.path, timeout, run=self.run, clock=lambda: self.now,
-                           sleep=self.sleep, **kwargs)
+        return check_agent("kubecpu-agent", self.path, timeout, run=self.run, clock=lambda: self.now - START,
+                           wall=lambda: self.now, sleep=self.sleep, **kwargs)
 
 
 @pytest.mark.parametrize("states, passes, before, errors_before, waited, errors", [
@@ -129,7 +129,7 @@ def test_bad_arguments_are_refused_before_anything_is_asked(tmp_path, kwargs, me
     args = dict({"service": "kubecpu-agent", "metrics_path": node.path, "timeout": 10}, **kwargs)
     with pytest.raises(ConfigError, match=message):
         check_agent(args.pop("service"), args.pop("metrics_path"), args.pop("timeout"), run=node.run,
-                    clock=lambda: node.now, sleep=node.sleep, **args)
+                    clock=lambda: node.now, wall=lambda: node.now, sleep=node.sleep, **args)
     assert node.asked == [] and node.now == START
 
 
