@@ -86,14 +86,13 @@ def check_agent(service: str, metrics_path: str, timeout: float, *, active: bool
     if errors_before is not None and (isinstance(errors_before, bool) or errors_before < 0):
         raise ConfigError("errors_before must be a count (0 or more), got %r" % (errors_before,))
     started, since = clock(), wall()
-    state = ""
     while active:
         state = service_state(service, run)
         if state == "active":
             break
         if state not in _COMING or clock() - started >= timeout:
             raise HealthError("%s is %s, not active (systemctl is-active); see journalctl -u %s"
-                              % (service, state or "unknown", service))
+                              % (service, state, service))
         sleep(POLL_SECONDS)
     metrics = read_metrics(metrics_path)
     while fresh and (metrics is None or metrics[0] < since - 1):
@@ -106,5 +105,5 @@ def check_agent(service: str, metrics_path: str, timeout: float, *, active: bool
     if errors_before is not None and errors > errors_before:
         raise HealthError("%s rose from %d to %d after the change; see journalctl -u %s"
                           % (ERRORS, errors_before, errors, service))
-    return {"service": service, "active": state == "active" if active else None, "metrics_path": metrics_path,
+    return {"service": service, "active": True if active else None, "metrics_path": metrics_path,
             "fresh": fresh, "waited": round(clock() - started, 1), "errors": errors}
