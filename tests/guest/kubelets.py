@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import signal
 import ssl
 import subprocess
@@ -25,6 +26,12 @@ START_TIMEOUT = 300  # a kubelet's start under emulation: about 25 s idle
 # checkpoint, and what is waited for takes seconds here; looking 20 times a second kept the kubelet and containerd
 # busy on the guest's CPUs that the things waited for need
 STEP = 0.5
+# The serving certificate and key the first kubelet made (its --cert-dir holds none, so it makes a self-signed pair:
+# two RSA 2048 keys), given to every later kubelet's --cert-dir, where a kubelet takes the pair it finds. One such key
+# took 0.7-6.9 s in the guest beside the suite (2026-12-03), and the tests start some 30 kubelets in directories of
+# their own; what they check does not depend on the serving certificate.
+SERVING_PAIR = "/var/tmp/kubecpu-kubelet-pki"
+SERVING_FILES = ("kubelet.crt", "kubelet.key")
 
 
 def wait_on(condition, timeout, what):
@@ -50,12 +57,15 @@ class Kubelet:
             yaml.safe_dump(dict(config, staticPodPath=self.manifests, podLogsDir=os.path.join(directory, "logs")),
                            handle, indent=2, sort_keys=False, default_flow_style=False)
         self.proc, self.offset = None, 0
+        self.pki = os.path.join(directory, "pki")
 
     def start(self):
+        if not os.path.exists(self.pki) and os.path.isdir(SERVING_PAIR):
+            shutil.copytree(SERVING_PAIR, self.pki)
         with open(os.path.join(self.dir, "kubelet.log"), "ab") as log:
             self.offset = log.tell()  # this start's output begins here
             self.proc = subprocess.Popen([self.binary, "--config", self.config_path, "--root-dir", self.root,
-                                          "--cert-dir", os.path.join(self.dir, "pki"), "--v=2"],
+                                          "--cert-dir", self.pki, "--v=2"],
                                          stdout=log, stderr=log, start_new_session=True)
 
     def healthy(self):
@@ -164,6 +174,19 @@ class Kubelet:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait(timeout=60)
+        self.keep_serving_pair()
+
+    def keep_serving_pair(self):
+        """The pair this kubelet made, kept for the next ones (SERVING_PAIR) when none is kept yet."""
+        if os.path.isdir(SERVING_PAIR) or not all(os.path.isfile(os.path.join(self.pki, name))
+                                                  for name in SERVING_FILES):
+            return
+        partial = SERVING_PAIR + ".partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        os.makedirs(partial, mode=0o700)
+        for name in SERVING_FILES:
+            shutil.copy2(os.path.join(self.pki, name), partial)
+        os.rename(partial, SERVING_PAIR)
 
 
 def planned(desired, minor, tmp_path, lab):
