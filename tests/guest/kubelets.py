@@ -177,9 +177,14 @@ class Kubelet:
         self.keep_serving_pair()
 
     def keep_serving_pair(self):
-        """The pair this kubelet made, kept for the next ones (SERVING_PAIR) when none is kept yet."""
-        if os.path.isdir(SERVING_PAIR) or not all(os.path.isfile(os.path.join(self.pki, name))
-                                                  for name in SERVING_FILES):
+        """The pair this kubelet made, kept for the next ones (SERVING_PAIR) when none is kept yet: only a whole one
+        (the kubelet writes its files in place, and a kubelet stopped while it wrote them leaves a torn pair)."""
+        cert, key = (os.path.join(self.pki, name) for name in SERVING_FILES)
+        if os.path.isdir(SERVING_PAIR):
+            return
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)  # both whole, and the key the cert's
+        except (OSError, ssl.SSLError):
             return
         partial = SERVING_PAIR + ".partial"
         shutil.rmtree(partial, ignore_errors=True)
