@@ -177,6 +177,10 @@ class RpcStatus(Exception):
         super().__init__("%s: %s" % (code, details))
 
 
+class HookRefusal(KubecpuError):
+    """The OCI hook cannot place a container correctly: the runtime must not create it."""
+
+
 class MessageError(ValueError):
     """Bytes that are not the protobuf message they should be (truncated, a wrong wire type, a bad string)."""
 

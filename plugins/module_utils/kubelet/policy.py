@@ -120,6 +120,9 @@ class NonePolicy:
     def remove_container(self, state: CPUState, pod_uid: str, container: str) -> CPUSet:
         return EMPTY
 
+    def reusable(self, state: CPUState, pod: Pod) -> CPUSet:
+        return EMPTY  # nothing is exclusive under none
+
     def topology_hints(self, state: CPUState, pod: Pod, container: str, scope: str) -> Hints:
         """The none policy has no preference (the kubelet's nil hints)."""
         return None
@@ -313,6 +316,8 @@ class Policy(Protocol):
                  prefer: Optional[CPUSet] = None, within: Optional[CPUSet] = None) -> Allocation: ...
 
     def remove_container(self, state: CPUState, pod_uid: str, container: str) -> CPUSet: ...
+
+    def reusable(self, state: CPUState, pod: Pod) -> CPUSet: ...
 
     def resize(self, state: CPUState, pod_uid: str, container: str, count: int, baseline: CPUSet) -> CPUSet: ...
 

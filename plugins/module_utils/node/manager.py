@@ -11,6 +11,7 @@ is RUNTIME.md section 6. Closes its runtime."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
@@ -32,6 +33,8 @@ from .pod_views import (Pair, PodView, allocate_running, allocation_target, buil
 from .resize import BaselineFile, baselines_path, resize_running, sync_baselines
 from .state_store import StateStore
 from .targets import CgroupTargets, Scope
+
+REPLANS = 3  # a pass's plans again after another writer saved while it pushed (then the next pass sets it right)
 
 
 class NodeManager:
@@ -106,11 +109,21 @@ class NodeManager:
             raise StoreError("state file %s is read-only: the change was not recorded" % self.store.path)
 
     def _allocate(self, state: CPUState, pod: Pod, container: str, hint_nodes: Optional[Sequence[int]]) -> Allocation:
-        """Admission, then the policy's allocation (from the isolcpus set first or only, as configured)."""
+        """Admission, then the policy's allocation: from the CPUs of the pod's finished init containers first (D4 in
+        docs/ALGORITHM.md), else from the isolcpus set first or only, as configured.
+
+        The kubelet admits a pod's containers all at once and does not prefer the CPUs it may reuse: an app container
+        of 1 CPU after an init container of 2 often takes a lone CPU beside the reserved one, and the pod then holds 3
+        CPUs while the scheduler charged it 2 (a quarter of random pods on 1 socket x 4 cores x 2 threads). kubecpu,
+        which allocates each container as it is created and other pods' containers in between, takes the reusable CPUs
+        first, so a pod never holds more exclusive CPUs than it is charged. What kubecpu writes for a kubelet (the
+        rewrite, adoption, the rebuild) is the kubelet's choice, made by the policy alone."""
         affinity = self.topology_admission.admit(self.policy, state, pod, container, hint_nodes)
         isolated, mode = self.topology.isolated, self.options.isolated_cpus
+        reusable = self.policy.reusable(state, pod)
+        prefer = reusable if reusable else (isolated if mode == "prefer" and isolated else None)
         return self.policy.allocate(state, pod, container, affinity, within=isolated if mode == "only" else None,
-                                    prefer=isolated if mode == "prefer" and isolated else None)
+                                    prefer=prefer)
 
     def allocate_running(self, plan: Plan, state: CPUState, views: Dict[str, PodView]) -> None:
         allocate_running(plan, state, views, lambda model, name: self._allocate(state, model, name, None))
@@ -164,29 +177,77 @@ class NodeManager:
     @contextlib.contextmanager
     def session(self, apply: bool, push: bool = True,
                 scope: Scope = None) -> Iterator[Tuple[CPUState, Plan, List[Pair]]]:
-        """Under the lock: the validated state, a fresh plan and what the runtime shows; leaving, the cgroup targets
-        planned (``scope``), the state committed, the updates pushed. defrag_node changes the state in it."""
+        """The validated state, a fresh plan and what the runtime shows; leaving, the cgroup targets planned
+        (``scope``), the state committed, the updates pushed. defrag_node changes the state in it.
+
+        The lock is held only while the pass decides and commits: the runtime is asked before it is taken and told
+        after it is released (``_push``), so a container's creation (the OCI hook, which takes the same lock with a
+        hard bound) waits on computation, never on another pod's runtime calls. A defragmentation's moves are the
+        one exception: each goes only once the CPUs it takes are free, and a failed one is recorded in the state, so
+        they are pushed under the lock."""
         started = time.monotonic()
         runtime = self._runtime()
         aside = self.steps_aside()
         if aside:
             raise KubeletPinsError(aside)
         calls = dict(runtime.calls)
+        self.cache.refresh()
+        seen = Plan(CPUState(self.policy.name))
+        pairs = self.observe(seen)  # the runtime's list and inspections: before the lock
+        moves = False
         with self._locked_state(apply) as (state, plan):
-            self.cache.refresh()
-            pairs = self.observe(plan)
+            plan.skipped.extend(seen.skipped)
+            plan.counts.update(seen.counts)
             yield state, plan, pairs
             if self.policy.name == STATIC:
                 self.cgroup_targets.plan(plan, state, pairs, scope)
             self._commit(plan, state, apply)
-            if apply and push:
+            moves = any(action.action == "move" for action in plan.actions)
+            if apply and push and moves:
                 self.cgroup_targets.apply(plan, runtime)
                 if plan.recommit:  # moves stopped at a failed one: the state says where each container is
                     self.store.save(plan.after)
-            if apply:  # a check writes nothing, not even the cache
-                self.cache.save()
+            committed = self.store.generation() if apply else None
+        if apply and push and not moves:
+            self._push(plan, runtime, pairs, scope, committed)
+        if apply:  # a check writes nothing, not even the cache
+            self.cache.save()
         plan.runtime_calls = {k: v - calls.get(k, 0) for k, v in runtime.calls.items() if v - calls.get(k, 0)}
         plan.seconds = time.monotonic() - started
+
+    def _push(self, plan: Plan, runtime: Runtime, pairs: List[Pair], scope: Scope,
+              committed: Optional[List[int]]) -> None:
+        """The plan's updates through the runtime, outside the lock. Before each update the state file's identity is
+        compared with the one committed (a stat): when another writer saved since (the OCI hook allocated, and moved
+        the shared containers off its new CPUs), the updates left are dropped and the targets are planned again from
+        the state as it is now, with what this pass observed, at most ``REPLANS`` times (then the next pass). So an
+        update planned from an older state reaches at most one container after a newer state was saved, and the
+        replan sets it right."""
+        current = plan
+        for _round in range(REPLANS + 1):
+            changed = functools.partial(self._saved_since, committed)
+            self.cgroup_targets.apply(current, runtime, stale=changed)
+            if current is not plan:
+                plan.actions.extend(current.actions)
+                plan.errors.extend(current.errors)
+                plan.skipped.extend(current.skipped)
+                plan.followers.extend(current.followers)
+            if not current.interrupted and not changed():
+                break
+            if self.policy.name != STATIC:
+                break
+            with self.store.locked():
+                state = self._load()
+                current = Plan(state)
+                current.after = state
+                self.cgroup_targets.plan(current, state, pairs, scope)
+                committed = self.store.generation()
+            plan.counts["replans"] = plan.counts.get("replans", 0) + 1
+        plan.applied = True
+
+    def _saved_since(self, committed: Optional[List[int]]) -> bool:
+        """Another writer saved the state file since it had the identity ``committed``."""
+        return self.store.generation() != committed
 
     def reconcile(self, apply: bool = True, scope: Scope = None) -> Plan:
         """A pass. ``scope``, when the caller knows what changed since its last pass (the NRI plugin): the pods decided

@@ -44,6 +44,7 @@ class Plan:
         self.counts: Dict[str, int] = {}
         # containers outside a scoped pass's pods that follow the shared pool to its new value (CgroupTargets.plan)
         self.followers: List[str] = []
+        self.interrupted = False  # apply() stopped: another writer saved the state while it pushed (manager._push)
         self.recommit = False  # apply() changed ``after`` (a defragmentation stopped at a failed move): save it again
         self.holding: Dict[str, CPUSet] = {}  # container ID -> the cpuset it had when planned (the apply order)
         self.runtime_calls: Dict[str, int] = {}

@@ -13,7 +13,7 @@ from ..kubelet.pod import Container, Pod
 from ..kubelet.policy import Allocation, Policy
 from ..kubelet.qos import GUARANTEED
 from ..kubelet.state import CPUState
-from ..runtime.model import EXITED, RUNNING, ContainerInfo, ListedContainer
+from ..runtime.model import CREATED, EXITED, RUNNING, ContainerInfo, ListedContainer
 from .plan import Action, Plan
 
 Pair = Tuple[ListedContainer, ContainerInfo]
@@ -78,6 +78,18 @@ def lone_pod(info: ContainerInfo) -> Pod:
     as its cgroup parent says, its request as its CPU resources say."""
     return Pod(uid=info.pod_uid, name=info.pod_name, namespace=info.pod_namespace, init_containers=(),
                containers=(_container_model(info, False),), qos=info.qos)
+
+
+def seen_with(pairs: Sequence[Pair], info: ContainerInfo, created_at: int) -> Pod:
+    """The pod model of a container being created (the OCI hook's ``info``) among its pod's containers as the runtime
+    lists them (``pairs``): its init containers recognised by order, so that it reuses their CPUs as the kubelet's
+    static policy does. The container is added as the runtime would list it when the list does not have it yet
+    (CRI-O runs the hook inside CreateContainer)."""
+    pairs = [pair for pair in pairs if pair[0].pod_uid == info.pod_uid]
+    if not any(listed.id == info.id for listed, _info in pairs):
+        pairs.append((ListedContainer(info.id, "", info.pod_uid, info.pod_name, info.pod_namespace, info.name,
+                                      info.attempt, CREATED, created_at), info))
+    return build_views(pairs)[info.pod_uid].model
 
 
 def find_container(pairs: Sequence[Pair], container_id: Optional[str], pod_uid: Optional[str],

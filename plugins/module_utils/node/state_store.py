@@ -227,6 +227,16 @@ class StateStore:
         self._known = (data, state.copy())
         return state
 
+    def generation(self) -> Optional[List[int]]:
+        """The file's identity now (a stat, no read; None: no file). Every save is a rename, so another writer's save
+        changes it: a pass that pushes outside the lock asks whether the state it pushes is still the file's."""
+        try:
+            return identity(os.stat(self.path))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError("cannot stat state file %s: %s" % (self.path, exc.strerror)) from None
+
     def load_or_new(self) -> CPUState:
         """As the kubelet restores: a missing file means a fresh state for the configured policy."""
         state = self.load()

@@ -6,7 +6,7 @@ should have, compared with what cgroupfs shows, and the updates carried out in a
 from __future__ import annotations
 
 import os
-from typing import AbstractSet, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import AbstractSet, Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from ..errors import ContainerNotFoundError, ContainerRuntimeError, StoreError
 from ..kubelet.cpuset import CPUSet
@@ -44,6 +44,7 @@ class CgroupTargets:
         self.present: Set[str] = set()  # the containers the runtime listed last
         self.idle_known: Dict[str, Optional[str]] = {}  # cgroup -> its cpu.idle as a pass verified it (None: none)
         self.at_pool: List[Pair] = []  # the shared containers the last plan left as they are (on the pool)
+        self.stale: Optional[Callable[[], bool]] = None  # apply()'s: the plan's state is no longer the file's
 
     def current_request(self, listed: ListedContainer, info: ContainerInfo) -> ContainerInfo:
         """The facts with the CFS quota cgroupfs shows now, when a Guaranteed running container's differs from
@@ -135,14 +136,18 @@ class CgroupTargets:
             _pod_quotas(plan, pairs, {uid: exclusive for uid, exclusive in pods_exclusive.items()
                                       if scope is None or uid in scope}, self.cgroups)
 
-    def apply(self, plan: Plan, runtime: Runtime) -> None:
+    def apply(self, plan: Plan, runtime: Runtime, stale: Optional[Callable[[], bool]] = None) -> None:
         """Shrink first (shared containers leaving CPUs that became exclusive), pin last; pod quotas first.
 
         A defragmentation's moves (``move`` actions) go in their order, each only once the moves before it are done:
         the shared containers first shrink to the CPUs shared both before and after (without the CPUs a swap passes
         through), then each move, then the shared containers grow to the pool after. A move the runtime refuses stops
         the ones after it: ``plan.after`` becomes the state the applied moves left (``plan.recommit``: the caller
-        saves it), the pool grows to what that state leaves, and the error is the plan's (kind ``move``)."""
+        saves it), the pool grows to what that state leaves, and the error is the plan's (kind ``move``).
+
+        ``stale``, asked before each runtime update: True when the state this plan came from is no longer the file's
+        (another writer saved it). The updates left are then not made (``plan.interrupted``): the caller plans again."""
+        self.stale = stale
         order = {"quota": 0, "idle": 0, "burst": 0, "update": 1}
         updates = _in_move_order(plan, sorted((a for a in plan.actions if a.action in order), key=lambda a: (
             order[a.action], a.quota is None or a.quota >= 0, a.reason.startswith("exclusive"))))
@@ -157,6 +162,13 @@ class CgroupTargets:
         failed: List[Action] = []
         done_moves: List[Action] = []
         stopped = False
+        if not moving:  # a pass's updates: the shared pool's in batches, in the order planned
+            for run in _runs(updates + grow):
+                if len(run) > 1:
+                    failed.extend(self._push_many(plan, runtime, run, CPUSet.parse(run[0].cpus)))
+                else:
+                    self._push(plan, runtime, run[0], failed)
+            updates = grow = []
         for action in updates:
             if stopped and (action.pod_uid, action.container) in moving:
                 failed.append(action)  # after a failed move: not applied (its CPUs may not be free)
@@ -193,8 +205,17 @@ class CgroupTargets:
                        "shared pool again after a detour", cgroup=info.cgroup_path) for listed, info in self.at_pool]
         return [a._replace(cpus=str(shrunk), reason=SHRINKING) for a in back], back
 
+    def _halted(self, plan: Plan) -> bool:
+        """The plan was interrupted: its state is no longer the file's (``apply``'s ``stale``)."""
+        if not plan.interrupted and self.stale is not None and self.stale():
+            plan.interrupted = True
+        return plan.interrupted
+
     def _push(self, plan: Plan, runtime: Runtime, action: Action, failed: List[Action]) -> bool:
-        """One action; False (recorded in ``failed`` and the plan) when it could not be done."""
+        """One action; False (recorded in ``failed`` and, unless interrupted, the plan) when it was not done."""
+        if action.action == "update" and self._halted(plan):
+            failed.append(action)
+            return False
         try:
             if action.action == "quota":
                 self.cgroups.set_quota(action.cgroup, action.quota or -1, action.period or 100000)
@@ -209,39 +230,56 @@ class CgroupTargets:
                                cpu_quota=action.quota, cpu_period=action.period)
                 self.pushed[action.container_id] = cpus
             return True
-        except ContainerNotFoundError:
-            failed.append(action)
-            plan.skipped.append({"container_id": action.container_id, "pod": action.pod,
-                                 "container": action.container, "reason": "removed before its update"})
         except (ContainerRuntimeError, StoreError) as exc:
             failed.append(action)
-            plan.errors.append({"container_id": action.container_id, "pod": action.pod,
-                                "container": action.container, "error": str(exc), "kind": "update"})
+            self._failed(plan, action, exc)
         return False
 
+    @staticmethod
+    def _failed(plan: Plan, action: Action, error: Exception) -> None:
+        """An update the runtime refused, in the plan: skipped when the container went, else an error."""
+        where = {key: value for key, value in (("container_id", action.container_id), ("pod", action.pod),
+                                               ("container", action.container)) if value or key == "container_id"}
+        if isinstance(error, ContainerNotFoundError):
+            plan.skipped.append(dict(where, reason="removed before its update"))
+        else:
+            plan.errors.append(dict(where, error=str(error), kind="update"))
+
     def _follow(self, plan: Plan, runtime: Runtime) -> None:
-        """The followers to the new shared pool: at once where the runtime takes many (NRI's reply), else one by one."""
+        """The followers to the new shared pool, at once where the runtime takes many (``_push_many``)."""
         if not plan.followers:
             return
         pool = plan.after.default
-        many = getattr(runtime, "update_many", None)
-        if many is not None:
-            many(plan.followers, pool)
-            done = plan.followers
-        else:
-            done = []
-            for cid in plan.followers:
-                try:
-                    runtime.update(cid, cpuset_cpus=pool)
-                    done.append(cid)
-                except ContainerNotFoundError:
-                    plan.skipped.append({"container_id": cid, "reason": "removed before its update"})
-                except (ContainerRuntimeError, StoreError) as exc:
-                    plan.errors.append({"container_id": cid, "error": str(exc), "kind": "update"})
-        for cid in done:
-            self.pushed[cid] = pool
+        batch = [Action("update", cid, "", "", "", str(pool), "shared pool follows") for cid in plan.followers]
+        done = [a.container_id for a in batch if a not in self._push_many(plan, runtime, batch, pool)]
         plan.followers = done
         plan.counts["followers"] = len(done)
+
+    def _push_many(self, plan: Plan, runtime: Runtime, batch: List[Action], cpus: CPUSet) -> List[Action]:
+        """Updates that set only the same cpuset: in one call where the runtime takes many (``update_many``: NRI's
+        reply, crictl's one process), else one by one; the ones not done (as ``_push``)."""
+        many = getattr(runtime, "update_many", None)
+        if many is None or len(batch) < 2:
+            failed: List[Action] = []
+            for action in batch:
+                self._push(plan, runtime, action, failed)
+            return failed
+        if self._halted(plan):
+            return list(batch)
+        by_id = {a.container_id: a for a in batch}
+        try:
+            outcome = many([a.container_id for a in batch], cpus)
+        except (ContainerRuntimeError, StoreError) as exc:
+            outcome = [(a.container_id, exc) for a in batch]
+        failed = []
+        for cid, error in outcome:
+            action = by_id[cid]
+            if error is None:
+                self.pushed[cid] = cpus
+            else:
+                failed.append(action)
+                self._failed(plan, action, error)
+        return failed
 
 
 def _idle(plan: Plan, pairs: Sequence[Pair], cgroups: CgroupFS, on: bool, known: Dict[str, Optional[str]]) -> None:
@@ -324,6 +362,22 @@ def _pod_quotas(plan: Plan, pairs: Sequence[Pair], pods_exclusive: Dict[str, boo
         if have[0] != want:
             plan.actions.append(Action("quota", "", listed.pod_ref, listed.pod_uid, "", "",
                                        "pod-level CFS quota", quota=want, period=have[1], cgroup=path))
+
+
+def _runs(actions: List[Action]) -> List[List[Action]]:
+    """``actions`` cut into runs: consecutive updates that set only the same cpuset (the shared pool's) together,
+    every other action alone."""
+    runs: List[List[Action]] = []
+    for action in actions:
+        if runs and _cpus_only(action) and _cpus_only(runs[-1][-1]) and runs[-1][-1].cpus == action.cpus:
+            runs[-1].append(action)
+        else:
+            runs.append([action])
+    return runs
+
+
+def _cpus_only(action: Action) -> bool:
+    return action.action == "update" and action.mems is None and action.quota is None and action.period is None
 
 
 def _in_move_order(plan: Plan, updates: List[Action]) -> List[Action]:

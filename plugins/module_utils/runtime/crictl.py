@@ -25,6 +25,7 @@ from .ids import check_container_id
 from .model import CONTAINER_STATES, DEFAULT_TIMEOUT, ContainerInfo, ListedContainer, RuntimeBase
 
 Runner = Callable[[Sequence[str], float], Tuple[int, str, str]]
+MAX_BATCH = 32  # containers per ``crictl update`` process (update_many): the process's start is most of one update
 _FATAL = re.compile(r'level=fatal msg="((?:[^"\\]|\\.)*)"')
 
 
@@ -177,6 +178,42 @@ class CrictlRuntime(RuntimeBase):
         if not flags:
             return
         self._run("update", container_id, "update", *flags, container_id)
+
+    def update_many(self, container_ids: List[str], cpuset_cpus: CPUSet) -> List[Tuple[str, Optional[Exception]]]:
+        """The same cpuset for many containers (the shared pool's): one crictl process for up to ``MAX_BATCH`` of them
+        (``crictl update`` takes many IDs and stops at the first it cannot update, naming it). Each container's
+        outcome, in order: None when updated, else the error (the ones after a failed one are tried again)."""
+        for cid in container_ids:
+            check_container_id(cid)
+        outcome: List[Tuple[str, Optional[Exception]]] = []
+        waiting = list(container_ids)
+        while waiting:
+            batch, waiting = waiting[:MAX_BATCH], waiting[MAX_BATCH:]
+            self.count("update")
+            rc, _out, err = self.runner(self.argv("update", "--cpuset-cpus=%s" % cpuset_cpus, *batch),
+                                        self.timeout * (3 + len(batch)) + 1)
+            if rc == 0:
+                outcome.extend((cid, None) for cid in batch)
+                continue
+            message = fatal_message(err)
+            failed = next((cid for cid in batch if '"%s"' % cid in message), None)
+            whole = classify("update", "", message)
+            if failed is None and isinstance(whole, (RuntimeUnavailableError, RuntimeTimeoutError)):
+                outcome.extend((cid, whole) for cid in batch)  # the runtime, not a container: the same for all
+                continue
+            if failed is None:  # it names none of them: each one's own error, one by one
+                for cid in batch:
+                    try:
+                        self.update(cid, cpuset_cpus=cpuset_cpus)
+                        outcome.append((cid, None))
+                    except ContainerRuntimeError as exc:
+                        outcome.append((cid, exc))
+                continue
+            at = batch.index(failed)
+            outcome.extend((cid, None) for cid in batch[:at])
+            outcome.append((failed, classify("update", failed, message)))
+            waiting = batch[at + 1:] + waiting
+        return outcome
 
 
 def _seconds(value: float) -> str:

@@ -25,17 +25,25 @@ loaded (``services.hook_check``, from the view of the state this module writes a
 here, the check reads the state and one cgroup file, and only an allocation imports the policy and discovers the
 topology.
 
-Where it differs from the agent: it sees one container, so a pod's init containers' CPUs are not reused for its app
-containers (the agent and the plugin, which see the whole pod, do reuse them), and the Topology Manager's pod scope
-is decided per container.
+A container whose pod already holds exclusive CPUs (an init container that ran, a sibling) is allocated in its pod
+as the runtime shows it (one list call and an inspection of each sibling, before the lock is taken): the CPUs of
+the pod's finished init containers are reused as the kubelet's static policy reuses them, so a pod never holds more
+exclusive CPUs than the kubelet would charge it. When the runtime cannot show that pod within
+``POD_VIEW_TIMEOUT``, the container is refused (the kubelet retries), never allocated beside CPUs it should reuse.
+The first container of a pod needs no runtime call: there is nothing of its pod to reuse.
+
+Where it still differs from the agent: the Topology Manager's pod scope is decided for the containers created so
+far, not for the pod's whole spec (which no runtime shows).
 """
 
 from __future__ import annotations
 
 import re
-from typing import IO, List, NamedTuple, Optional, Tuple
+import time
+from typing import IO, TYPE_CHECKING, Callable, List, NamedTuple, Optional, Tuple
 
-from ..errors import AllocationError, HookInputError, KubecpuError, StoreError
+from ..errors import (AllocationError, ContainerNotFoundError, ContainerRuntimeError, HookInputError, HookRefusal,
+                      KubecpuError, RuntimeTimeoutError, StoreError)
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.state import CPUState
 from ..node.config import NodeConfig
@@ -46,12 +54,14 @@ from ..runtime.cgroup_paths import kubepods_root
 from ..runtime.cgroups import CgroupFS
 from ..runtime.oci_hook import CONTAINER, HookedContainer, container, parse_state, read_config, read_stdin
 
+if TYPE_CHECKING:
+    from ..kubelet.pod import Pod
+    from ..runtime.model import Runtime
+
 LOCK_TIMEOUT = 2.0  # seconds for the state lock: well within the runtime's hook timeout (the role writes 10 s)
+POD_VIEW_TIMEOUT = 4.0  # seconds for the runtime to show a pod's containers: lock and allocation fit in the 10 s left
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
-
-
-class HookRefusal(KubecpuError):
-    """The hook cannot place the container correctly: the runtime must not create it."""
+__all__ = ["LOCK_TIMEOUT", "POD_VIEW_TIMEOUT", "Hook", "HookRefusal", "HookResult"]  # HookRefusal: errors.py's
 
 
 class HookResult(NamedTuple):
@@ -69,8 +79,11 @@ class HookResult(NamedTuple):
 
 
 class Hook:
-    def __init__(self, config: NodeConfig, lock_timeout: float = LOCK_TIMEOUT) -> None:
+    def __init__(self, config: NodeConfig, lock_timeout: float = LOCK_TIMEOUT,
+                 runtime: Optional[Callable[[], Runtime]] = None) -> None:
+        """``runtime``: makes the runtime connection that shows a pod's containers (default: the configured one)."""
         self.config = config
+        self.runtime = runtime or self._configured_runtime
         self.cgroups = CgroupFS(config.cgroup_root)
         self.store = StateStore(config.state_path, config.policy, read_only=config.read_only or None,
                                 lock_timeout=lock_timeout, kubelet=config.kubelet, hard_timeout=True)
@@ -105,13 +118,15 @@ class Hook:
                 and not (exclusive and self._overlapping(hooked, target))):
             # verified: the next start of a container checks in the quick path
             return HookResult("checked", hooked.ref, str(target), view_error=self._write_view(state))
+        # its pod as the runtime shows it, when the pod holds CPUs already: asked before the lock is taken
+        pod = self._pod(hooked, state) if target is None and self._exclusive_count(hooked) else None
         with self.store.locked():  # a write: decided again on the state as it is under the lock
             state = self.store.load()
             target, exclusive = self._target(hooked, state)
             if state is None or target is None:
                 if state is None and not self._exclusive_count(hooked):
                     return HookResult("passed", hooked.ref, "")  # no state: nothing is exclusive anywhere
-                return self._allocate(hooked)
+                return self._allocate(hooked, pod)
             # An entry found (the NRI plugin's, or one an earlier run committed): whoever saved it may have been
             # killed, or its reply dropped, before the others moved off its CPUs; they move now.
             written = current != target
@@ -138,8 +153,47 @@ class Hook:
 
         return lone_pod(hooked.info).guaranteed_cpus(hooked.name) if hooked.kind == CONTAINER else 0
 
-    def _allocate(self, hooked: HookedContainer) -> HookResult:
-        """Under the lock: the policy's allocation recorded, the cgroup written, the overlapping containers moved."""
+    def _configured_runtime(self) -> Runtime:
+        from ..node.factory import build_runtime  # noqa: PLC0415  # only a pod's second container asks the runtime
+
+        return build_runtime(self.config)
+
+    def _pod(self, hooked: HookedContainer, state: Optional[CPUState]) -> Optional[Pod]:
+        """The pod model to allocate in when its pod already holds exclusive CPUs in ``state`` (its init containers
+        recognised by order, from the runtime's list); None when it holds none (the container alone is its pod, as
+        far as reuse goes). Refused when the runtime cannot show the pod: allocating without it could keep CPUs the
+        kubelet would reuse."""
+        if state is None or not any(uid == hooked.pod_uid and name != hooked.name
+                                    for uid, name, _cpus in state.assignments()):
+            return None
+        from ..node.pod_views import seen_with  # noqa: PLC0415
+
+        deadline = time.monotonic() + POD_VIEW_TIMEOUT
+        try:
+            runtime = self.runtime()
+            try:
+                pairs = []
+                for listed in runtime.list_containers():
+                    if listed.pod_uid != hooked.pod_uid or listed.id == hooked.id:
+                        continue
+                    if time.monotonic() > deadline:
+                        raise RuntimeTimeoutError("the runtime did not show pod %s within %.0fs"
+                                                  % (hooked.pod_uid, POD_VIEW_TIMEOUT), "list", hooked.pod_uid)
+                    try:
+                        pairs.append((listed, runtime.describe(listed)))
+                    except ContainerNotFoundError:
+                        continue  # removed since the list: not this pod's to reuse
+            finally:
+                runtime.close()
+        except ContainerRuntimeError as exc:
+            raise HookRefusal("container %s not created: its pod holds exclusive CPUs already and the runtime could "
+                              "not show the pod, so its init containers' CPUs cannot be reused: %s"
+                              % (hooked.ref, exc)) from None
+        return seen_with(pairs, hooked.info, time.time_ns())
+
+    def _allocate(self, hooked: HookedContainer, pod: Optional[Pod]) -> HookResult:
+        """Under the lock: the policy's allocation recorded, the cgroup written, the overlapping containers moved
+        (``pod``: the pod to allocate in, None for the container alone)."""
         from ..node.factory import build_policy, load_topology  # noqa: PLC0415
         from ..node.manager import NodeManager  # noqa: PLC0415  # only an allocation needs the policy
         from ..node.pod_views import lone_pod  # noqa: PLC0415
@@ -161,7 +215,7 @@ class Hook:
             self.marks.mark([hooked.id] + moved)
 
         try:
-            plan = manager.allocate_pod(lone_pod(hooked.info), hooked.name, before_commit=place_first)
+            plan = manager.allocate_pod(pod or lone_pod(hooked.info), hooked.name, before_commit=place_first)
         except AllocationError as exc:
             raise HookRefusal("container %s not created: no exclusive CPUs for it: %s" % (hooked.ref, exc)) from None
         held = plan.after.get(hooked.pod_uid, hooked.name)

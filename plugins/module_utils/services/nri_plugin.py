@@ -75,12 +75,13 @@ class NRIView(RuntimeBase):
     def describe(self, listed: ListedContainer) -> ContainerInfo:
         return self.inspect(listed.id)
 
-    def update_many(self, container_ids: List[str], cpuset_cpus: CPUSet) -> None:
+    def update_many(self, container_ids: List[str], cpuset_cpus: CPUSet) -> List[Tuple[str, Optional[Exception]]]:
         """The same new cpuset for many containers (the shared pool's followers): one entry shared by all."""
         self.count("update")
         fields: Fields = {"cpus": cpuset_cpus}
         for cid in container_ids:
             self.pending[cid] = fields
+        return [(cid, None) for cid in container_ids]
 
     def update(self, container_id: str, cpuset_cpus: Optional[CPUSet] = None, cpuset_mems: Optional[CPUSet] = None,
                cpu_quota: Optional[int] = None, cpu_period: Optional[int] = None) -> None:

@@ -40,11 +40,15 @@ class FakeRuntime(RuntimeBase):
     # --- building the node ------------------------------------------------------------------------------
     def add(self, pod_uid: str, container: str, qos: str, milli: int = 0, pod_name: str = "",
             namespace: str = "default", attempt: int = 0, state: str = RUNNING, exit_code: int = 0,
-            annotations: Optional[Dict[str, str]] = None) -> str:
+            annotations: Optional[Dict[str, str]] = None, cid: Optional[str] = None,
+            cgroup_path: Optional[str] = None) -> str:
+        """A container; ``cid`` and ``cgroup_path`` for one made elsewhere (the OCI hook's fake node: its cgroup exists
+        and is left as it is)."""
         self.counter += 1
         self.clock += 10
-        cid = hashlib.sha256(b"%d" % self.counter).hexdigest()
-        path = PARENTS[qos] % pod_uid + "/" + cid
+        made = cgroup_path is not None
+        cid = cid or hashlib.sha256(b"%d" % self.counter).hexdigest()
+        path = cgroup_path or PARENTS[qos] % pod_uid + "/" + cid
         limit = milli if qos == "Guaranteed" else 0
         if annotations is not None:
             self.pod_notes["sb-" + pod_uid] = annotations
@@ -54,7 +58,8 @@ class FakeRuntime(RuntimeBase):
                                         milli_to_shares(milli), milli_to_quota(limit), 100000,
                                         64 << 20 if qos == "Guaranteed" else 0, exit_code,
                                         self.clock + 5 if state == EXITED else 0)
-        for controller, name, value in (("cpuset", "cpuset.cpus", self.all_cpus), ("cpuset", "cpuset.mems", self.mems),
+        for controller, name, value in () if made else (
+                ("cpuset", "cpuset.cpus", self.all_cpus), ("cpuset", "cpuset.mems", self.mems),
                                         ("cpu", "cpu.cfs_quota_us", str(milli_to_quota(limit) or -1)),
                                         ("cpu", "cpu.cfs_period_us", "100000")):
             self.write(controller, path, name, value)

@@ -51,12 +51,13 @@ class Node:
         return self.cgroup / path.lstrip("/") if self.v2 else self.cgroup / "cpuset" / path.lstrip("/")
 
     def container(self, qos="Guaranteed", millicpu=2000, cpus=ALL, annotations=True, root="kubepods",
-                  driver="cgroupfs", prefix="cri-containerd"):
+                  driver="cgroupfs", prefix="cri-containerd", uid=None, name="app"):
         """A container the runtime is creating: its cgroup (on ``cpus``), its bundle; the OCI state's bytes. Below the
         kubelet's top cgroup ``root`` (``kubelet/kubepods`` for ``cgroupRoot: /kubelet``; systemd driver:
-        ``kubelet-kubepods`` for ``cgroupRoot: /kubelet.slice``), the runtime's scope ``prefix`` (``crio``)."""
+        ``kubelet-kubepods`` for ``cgroupRoot: /kubelet.slice``), the runtime's scope ``prefix`` (``crio``). A new
+        pod, or the pod ``uid`` (a container ``name`` of it)."""
         self.made += 1
-        uid, cid = POD % self.made, "%064x" % self.made
+        uid, cid = uid or POD % self.made, "%064x" % self.made
         level = "" if qos == "Guaranteed" else qos.lower()
         if driver == "systemd":
             parent = "-".join(filter(None, (root, level)))
@@ -67,8 +68,8 @@ class Node:
         self.write_cpus(path, cpus)
         bundle = self.tmp / "bundles" / cid
         bundle.mkdir(parents=True)
-        names = {"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.container-name": "app",
-                 "io.kubernetes.cri.sandbox-uid": uid, "io.kubernetes.cri.sandbox-name": "pod-%d" % self.made,
+        names = {"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.container-name": name,
+                 "io.kubernetes.cri.sandbox-uid": uid, "io.kubernetes.cri.sandbox-name": "pod-%d" % int(uid[:8], 16),
                  "io.kubernetes.cri.sandbox-namespace": "lab"} if annotations else {}
         quota = millicpu * 100 if qos != "BestEffort" else 0
         (bundle / "config.json").write_text(json.dumps({
@@ -77,7 +78,8 @@ class Node:
                                                                       "quota": quota or -1, "period": 100000}}}}))
         state = {"ociVersion": "1.0.2-dev", "id": cid, "status": "creating", "pid": 4242, "bundle": str(bundle),
                  "annotations": names}
-        return {"uid": uid, "id": cid, "path": path, "stdin": json.dumps(state).encode()}
+        return {"uid": uid, "id": cid, "path": path, "stdin": json.dumps(state).encode(), "name": name, "qos": qos,
+                "milli": millicpu}
 
     def write_cpus(self, path, cpus):
         folder = self.directory(path)

@@ -33,7 +33,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.hook_mark
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.hook_view import view_path
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroups import CgroupFS
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.hook import HookRefusal
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.hook import Hook, HookRefusal
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.hook_node import ALL, ROOT, Node
@@ -414,3 +414,52 @@ def test_with_irq_isolation_the_hook_moves_interrupts_off_what_it_allocates(tmp_
     assert CPUSet.parse(affinity(irq, 24)) == ALL.difference(held)
     assert CPUSet.parse(affinity(irq, 25)) == CPUSet.parse("0-3").difference(held)
     assert os.path.exists(node.state + ".irq.json")  # what they had, for when the CPUs are released
+
+
+# --- issue 62, finding 1: a pod holds what the kubelet charges it ------------------------------------------------
+def shown(node, runtime, made, state="CONTAINER_RUNNING"):
+    """The runtime lists a container the hook placed (``made``), in ``state``."""
+    runtime.add(made["uid"], made["name"], made["qos"], made["milli"], state=state, cid=made["id"],
+                cgroup_path=made["path"])
+
+
+def test_init_containers_do_not_hoard_exclusive_cpus_in_hook_mode(tmp_path):
+    """The review's reproduction: 8 CPUs, CPU 0 reserved; a pod of init 3 + init 3 + app 1 is charged 3 CPUs. Each
+    container after the first is allocated in its pod as the runtime shows it, so the second init container and the
+    app container reuse the first's CPUs, as the kubelet's static policy does: the pod holds 3 CPUs, not 7, and another
+    tenant's 1-CPU Guaranteed pod is placed, not refused."""
+    node = Node(tmp_path, False)
+    runtime = FakeRuntime(str(node.cgroup))
+    run = lambda made: Hook(node.config(), lock_timeout=0.3, runtime=lambda: runtime).run(io.BytesIO(made["stdin"]))
+    first = node.container("Guaranteed", 3000, name="init-1")
+    uid = first["uid"]
+    assert run(first).action == "allocated"
+    shown(node, runtime, first)
+    runtime.exit(first["id"])
+    for name, milli in (("init-2", 3000), ("app", 1000)):
+        made = node.container("Guaranteed", milli, uid=uid, name=name)
+        assert run(made).action == "allocated"
+        shown(node, runtime, made)
+        if name != "app":
+            runtime.exit(made["id"])
+    held = CPUSet().union(*(cpus for pod, _name, cpus in node.saved().assignments() if pod == uid))
+    assert len(held) == 3, held
+    other = node.container("Guaranteed", 1000)
+    assert run(other).action == "allocated"  # another tenant still fits
+    assert len(node.saved().default) >= 3  # the shared pool keeps more than the reserved CPU
+
+
+def test_a_pod_the_runtime_cannot_show_is_refused_rather_than_hoarding(tmp_path):
+    """The pod holds CPUs already and the runtime does not answer: its init containers cannot be told apart, so the
+    container is refused (the kubelet retries) and nothing changes; the first container of a pod needs no runtime."""
+    node = Node(tmp_path, False)
+    runtime = FakeRuntime(str(node.cgroup))
+    hook = Hook(node.config(), lock_timeout=0.3, runtime=lambda: runtime)
+    first = node.container("Guaranteed", 2000, name="init")
+    runtime.down = True
+    assert hook.run(io.BytesIO(first["stdin"])).action == "allocated"  # alone in its pod: no runtime call
+    before = open(node.state, "rb").read()
+    second = node.container("Guaranteed", 2000, uid=first["uid"], name="app")
+    with pytest.raises(HookRefusal, match="runtime could not show the pod"):
+        hook.run(io.BytesIO(second["stdin"]))
+    assert open(node.state, "rb").read() == before
