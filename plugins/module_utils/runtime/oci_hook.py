@@ -6,8 +6,10 @@ model.
 
 runc runs a ``createRuntime`` hook during ``create``, after the container's cgroup exists and before its process
 runs its first instruction (it waits in ``runc init``). containerd's CRI (1.6, 1.7: tried) and CRI-O name the
-Kubernetes pod and container in the annotations; the CPU request is the spec's ``linux.resources.cpu`` as the kubelet
-asked for it, the QoS class the kubelet's cgroup parent (RUNTIME.md 3).
+Kubernetes pod and container in the annotations, each with keys of its own, and the container is read with the keys
+of the runtime that created it only (``runtime_keys``): the pod's own annotations, which its tenant writes, reach the
+spec too. The CPU request is the spec's ``linux.resources.cpu`` as the kubelet asked for it, the QoS class the
+kubelet's cgroup parent (RUNTIME.md 3).
 
 Both inputs are hostile until parsed: each has a size limit and stdin a read timeout; anything malformed is a
 ``HookInputError`` naming what was wrong.
@@ -27,7 +29,7 @@ from .ids import check_container_id
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # every container start imports this module: typing (about 5 ms) is not loaded at run time
-    from typing import IO, Any, Dict, List, Optional
+    from typing import IO, Any, Dict, List, Optional, Tuple
 
     from .model import ContainerInfo
 
@@ -39,13 +41,24 @@ MAX_CONFIG_BYTES = 4 * 1024 * 1024  # config.json: its environment and mounts ar
 STATE_TIMEOUT = 2.0  # seconds for the runtime to write the state and close stdin
 CONTAINER, SANDBOX = "container", "sandbox"
 
-# (type, pod UID, pod name, namespace, container name) as containerd's CRI and CRI-O annotate them
-_ANNOTATIONS = (
-    ("io.kubernetes.cri.container-type", "io.kubernetes.cri.sandbox-uid", "io.kubernetes.cri.sandbox-name",
-     "io.kubernetes.cri.sandbox-namespace", "io.kubernetes.cri.container-name"),
-    ("io.kubernetes.cri-o.ContainerType", "io.kubernetes.pod.uid", "io.kubernetes.pod.name",
-     "io.kubernetes.pod.namespace", "io.kubernetes.container.name"),
-)
+# Each runtime's own keys: (type, pod UID, pod name, namespace, container name). The type key is the runtime's mark:
+# each runtime sets its own on every container and sandbox, and never the other's.
+#
+# containerd's CRI (container_create_linux.go and sandbox_run_linux.go, 1.6 to 2.x) writes its io.kubernetes.cri.*
+# keys after the pod's and the container's annotations that the operator lets through (pod_annotations,
+# container_annotations), so its values win; nothing else of the pod's reaches the spec.
+CONTAINERD_KEYS = ("io.kubernetes.cri.container-type", "io.kubernetes.cri.sandbox-uid",
+                   "io.kubernetes.cri.sandbox-name", "io.kubernetes.cri.sandbox-namespace",
+                   "io.kubernetes.cri.container-name")
+# CRI-O (1.36: internal/factory/container/container.go SpecAddAnnotations, server/sandbox_run_linux.go) copies every
+# annotation of the pod, which its tenant writes, into the spec of the pod's sandbox and of each of its containers.
+# A container's spec: the pod's annotations, then CRI-O's own io.kubernetes.cri-o.* keys over them, then the
+# kubelet's container annotations and labels (pod UID, name, namespace, container name) last. A sandbox's: CRI-O's
+# keys first, the pod's annotations and labels over them (the tenant may rewrite the type), the kubelet's pod keys
+# and CRI-O's container name label "POD" last.
+CRIO_KEYS = ("io.kubernetes.cri-o.ContainerType", "io.kubernetes.pod.uid", "io.kubernetes.pod.name",
+             "io.kubernetes.pod.namespace", "io.kubernetes.container.name")
+CRIO_INFRA_NAME = "POD"  # CRI-O's sandbox (oci.InfraContainerName); no Kubernetes container has an upper-case name
 
 
 class HookState:
@@ -139,19 +152,22 @@ def read_config(bundle: str) -> Dict[str, Any]:
 
 
 def container(state: HookState, config: Dict[str, Any]) -> Optional[HookedContainer]:
-    """The Kubernetes container being created; None when the annotations do not name one (it passes untouched)."""
+    """The Kubernetes container being created; None when the annotations do not name one (it passes untouched).
+
+    Who it is comes from the keys of the runtime that created it (``runtime_keys``), never from the other runtime's:
+    those can only have come from the pod's annotations. On CRI-O, a spec named ``POD`` is the pod's sandbox, whatever
+    its type key says (the pod's annotations are written over that key in a sandbox's spec, never over the name)."""
     annotations = dict(config.get("annotations") or {}) if isinstance(config.get("annotations"), dict) else {}
     annotations.update(state.annotations)
-    names = next((keys for keys in _ANNOTATIONS if keys[0] in annotations), None)
+    names = runtime_keys(annotations, state.id)
     if names is None:
         return None
     kind, uid, pod_name, namespace, name = (annotations.get(key, "") for key in names)
+    if names is CRIO_KEYS and name == CRIO_INFRA_NAME:
+        kind = SANDBOX
     if kind not in (CONTAINER, SANDBOX) or not uid or (kind == CONTAINER and not name):
         return None
-    try:
-        check_container_id(state.id)
-    except RuntimeOutputError as exc:
-        raise HookInputError("the OCI state on stdin: %s" % exc) from None
+    _check_id(state.id)
     linux = _object(config.get("linux"), "linux")
     resources = _object(linux.get("resources"), "linux.resources")
     cpu = _object(resources.get("cpu"), "linux.resources.cpu")
@@ -166,6 +182,34 @@ def container(state: HookState, config: Dict[str, Any]) -> Optional[HookedContai
     numbers = [_number(cpu, "shares"), _number(cpu, "quota"), _number(cpu, "period"), _number(memory, "limit")]
     return HookedContainer(kind, state.id, pod=[uid, pod_name, namespace], name=name, cgroup_path=cgroup_path,
                            resources=numbers)
+
+
+def runtime_keys(annotations: Dict[str, str], cid: str) -> Optional[Tuple[str, ...]]:
+    """The identity keys of the runtime that created container ``cid``: containerd's or CRI-O's, told apart by each
+    runtime's mark (its type key, which it always sets and the other never does); None when neither is there (not a
+    Kubernetes container: podman, ctr, docker).
+
+    Both marks -> ``HookInputError`` (the container is refused): one of them came from the pod's annotations, which
+    its tenant writes (CRI-O copies them into every spec of the pod; containerd those the operator lets through),
+    and the annotations cannot tell which. Refusing is the safe choice: picking either runtime's keys would let a
+    tenant on the other runtime choose who its container is (another pod's UID, a sandbox, a type that passes
+    untouched). Only the pod that carries the foreign mark is refused, and no runtime writes it for a pod of its own.
+    """
+    containerd, crio = CONTAINERD_KEYS[0] in annotations, CRIO_KEYS[0] in annotations
+    if containerd and crio:
+        _check_id(cid)
+        raise HookInputError(
+            "container %s carries both containerd's mark (%s) and CRI-O's (%s): a runtime sets only its own, so one "
+            "came from its pod's annotations, and which runtime created it cannot be told; not created"
+            % (cid, CONTAINERD_KEYS[0], CRIO_KEYS[0]))
+    return CONTAINERD_KEYS if containerd else (CRIO_KEYS if crio else None)
+
+
+def _check_id(cid: str) -> None:
+    try:
+        check_container_id(cid)
+    except RuntimeOutputError as exc:
+        raise HookInputError("the OCI state on stdin: %s" % exc) from None
 
 
 def _read_limited(stream: IO[bytes], limit: int, timeout: float) -> bytes:

@@ -125,7 +125,7 @@ def test_config_json_is_read_with_a_limit(tmp_path):
      GUARANTEED, SANDBOX, ""),
 ])
 def test_a_kubernetes_container_is_known_by_its_annotations(annotations, path, qos, kind, name):
-    found = container(HookState(CID, 1, "/b", annotations), config_doc(path))
+    found = container(HookState(CID, 1, "/b", annotations), dict(config_doc(path), annotations=annotations))
     assert (found.kind, found.info.qos, found.info.name, found.info.pod_uid) == (kind, qos, name, UID)
     assert found.info.cgroup_path == path and found.info.requested_milli() == 1000
     assert found.ref == "lab/probe/%s (%s)" % (name, CID[:12])
@@ -207,3 +207,127 @@ def test_kubernetes_largest_annotations_are_read_as_cri_o_hands_them_to_a_sandbo
     state = read_state(stream)
     writer.join()
     assert state.annotations == both
+
+
+# Who may write which annotation, as each runtime layers them into a spec (the later layer wins). The tenant writes
+# its pod's annotations; CRI-O copies them into the spec of the pod's sandbox and of every container of the pod;
+# containerd copies those the operator lets through (pod_annotations: here all of them, the worst case).
+VICTIM = "0a0a0a0a-1111-4222-8333-444444444444"
+SANDBOX_ID = "5b" * 32
+KUBELET_POD = {"io.kubernetes.pod.uid": UID, "io.kubernetes.pod.name": "probe",
+               "io.kubernetes.pod.namespace": "lab"}  # the kubelet's pod labels (newPodLabels sets them last)
+CRIO_OWN = {  # what CRI-O 1.36's SpecAddAnnotations sets on a container, over the pod's annotations
+    "io.kubernetes.cri-o.ContainerType": "container", "io.kubernetes.cri-o.ContainerID": CID,
+    "io.kubernetes.cri-o.SandboxID": SANDBOX_ID, "io.kubernetes.cri-o.SandboxName": "k8s_probe_lab_%s_0" % UID,
+    "io.kubernetes.cri-o.Name": "k8s_app_probe_lab_%s_0" % UID, "io.container.manager": "cri-o"}
+CRIO_OWN_SANDBOX = {  # setupSandboxAnnotations: written before the pod's annotations and labels
+    "io.kubernetes.cri-o.ContainerType": "sandbox", "io.kubernetes.cri-o.ContainerID": SANDBOX_ID,
+    "io.kubernetes.cri-o.SandboxID": SANDBOX_ID, "io.kubernetes.cri-o.ContainerName": "k8s_POD_probe_lab_%s_0" % UID,
+    "io.container.manager": "cri-o"}
+KUBELET_CONTAINER = {"io.kubernetes.container.hash": "4a4e2bd5", "io.kubernetes.container.restartCount": "0",
+                     **KUBELET_POD, "io.kubernetes.container.name": "app"}  # annotations, then labels
+CONTAINERD_SANDBOX = {key: value for key, value in CONTAINERD.items() if key != "io.kubernetes.cri.container-name"}
+CONTAINERD_SANDBOX.update({"io.kubernetes.cri.container-type": "sandbox",
+                           "io.kubernetes.cri.sandbox-id": SANDBOX_ID})
+
+OWN_CONTAINER = (CONTAINER, UID, "probe", "lab", "app")
+OWN_SANDBOX = (SANDBOX, UID, "probe", "lab", "")
+
+
+def spec(runtime, kind, pod_annotations, pod_labels=None):
+    """The annotations ``runtime`` puts in the spec of a pod's ``kind``, the pod carrying ``pod_annotations`` (and,
+    for a CRI-O sandbox, ``pod_labels``) as its tenant wrote them."""
+    if runtime == "containerd":  # the pass-through first, containerd's own keys after
+        return {**pod_annotations, **(CONTAINERD if kind == CONTAINER else CONTAINERD_SANDBOX)}
+    if kind == CONTAINER:  # SpecAddAnnotations: the sandbox's annotations, CRI-O's, the kubelet's
+        return {**pod_annotations, **CRIO_OWN, **KUBELET_CONTAINER}
+    # sandbox_run_linux.go: CRI-O's keys, then the pod's annotations and labels; its label "POD" and the kubelet's
+    return {**CRIO_OWN_SANDBOX, **pod_annotations, **(pod_labels or {}), **KUBELET_POD,
+            "io.kubernetes.container.name": "POD"}
+
+
+def identity(annotations):
+    """Who the hook takes the container for: (kind, pod UID, pod name, namespace, name), or None (passed)."""
+    found = container(HookState(CID, 1, "/b", annotations), dict(config_doc(), annotations={}))
+    return None if found is None else (found.kind, found.pod_uid, found.pod_name, found.pod_namespace, found.name)
+
+
+IMPERSONATE = {"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-uid": VICTIM,
+               "io.kubernetes.cri.sandbox-name": "bank", "io.kubernetes.cri.sandbox-namespace": "other",
+               "io.kubernetes.cri.container-name": "db"}
+IMPERSONATE_CRIO = {"io.kubernetes.cri-o.ContainerType": "container", "io.kubernetes.pod.uid": VICTIM,
+                    "io.kubernetes.pod.name": "bank", "io.kubernetes.pod.namespace": "other",
+                    "io.kubernetes.container.name": "db"}
+REFUSED = "refused"
+
+
+@pytest.mark.parametrize("runtime, kind, forged, expected", [
+    # CRI-O: containerd's mark on the pod is a forgery; the container is refused, never taken for another
+    ("cri-o", CONTAINER, IMPERSONATE, REFUSED),  # another pod's UID, name and container
+    ("cri-o", SANDBOX, IMPERSONATE, REFUSED),
+    ("cri-o", CONTAINER, {"io.kubernetes.cri.container-type": "sandbox"}, REFUSED),  # a sandbox: the shared pool
+    ("cri-o", CONTAINER, {"io.kubernetes.cri.container-type": "none"}, REFUSED),  # not Kubernetes: passed untouched
+    ("cri-o", CONTAINER, {"io.kubernetes.cri.container-type": ""}, REFUSED),
+    # CRI-O: containerd's keys without its mark are ignored; CRI-O's own keys are written over the pod's
+    ("cri-o", CONTAINER, {key: value for key, value in IMPERSONATE.items() if "type" not in key}, OWN_CONTAINER),
+    ("cri-o", CONTAINER, IMPERSONATE_CRIO, OWN_CONTAINER),
+    ("cri-o", CONTAINER, {"io.kubernetes.cri-o.ContainerType": "sandbox"}, OWN_CONTAINER),
+    ("cri-o", CONTAINER, {"io.kubernetes.cri-o.ContainerType": "x", "io.kubernetes.cri-o.ContainerID": "1"},
+     OWN_CONTAINER),
+    # CRI-O's sandbox: the pod's annotations are written over its type, never over its name "POD" or the pod's keys
+    ("cri-o", SANDBOX, IMPERSONATE_CRIO, OWN_SANDBOX),
+    ("cri-o", SANDBOX, {"io.kubernetes.cri-o.ContainerType": "container", "io.kubernetes.container.name": "app"},
+     OWN_SANDBOX),
+    ("cri-o", SANDBOX, {"io.kubernetes.cri-o.ContainerType": "passed"}, OWN_SANDBOX),
+    ("cri-o", SANDBOX, {}, OWN_SANDBOX),
+    ("cri-o", CONTAINER, {}, OWN_CONTAINER),
+    # containerd, every pod annotation let through: CRI-O's mark is a forgery; containerd's own keys win
+    ("containerd", CONTAINER, IMPERSONATE_CRIO, REFUSED),
+    ("containerd", SANDBOX, {"io.kubernetes.cri-o.ContainerType": "sandbox"}, REFUSED),
+    ("containerd", CONTAINER, {key: value for key, value in IMPERSONATE_CRIO.items() if "Type" not in key},
+     OWN_CONTAINER),
+    ("containerd", CONTAINER, IMPERSONATE, OWN_CONTAINER),
+    ("containerd", SANDBOX, dict(IMPERSONATE, **{"io.kubernetes.cri.container-type": "container"}), OWN_SANDBOX),
+    ("containerd", CONTAINER, {}, OWN_CONTAINER),
+])
+def test_a_tenants_annotations_never_choose_who_its_container_is(runtime, kind, forged, expected):
+    """The identity the hook uses is the runtime's own, or the container is refused with a line naming it and the
+    cause; never the one the pod's annotations claim."""
+    annotations = spec(runtime, kind, forged, pod_labels=forged)
+    if expected == REFUSED:
+        with pytest.raises(HookInputError, match="container %s carries both containerd's mark .* and CRI-O's .*: a "
+                                                 "runtime sets only its own.*; not created" % CID):
+            identity(annotations)
+    else:
+        assert identity(annotations) == expected
+
+
+MARKS = ("io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType")
+TENANT_KEYS = st.sampled_from(sorted(set(CONTAINERD) | set(CRIO) | set(CRIO_OWN) | set(CRIO_OWN_SANDBOX)
+                                     | set(KUBELET_CONTAINER))) | st.text(max_size=12)
+TENANT_VALUES = st.sampled_from(["container", "sandbox", "POD", "", UID, VICTIM, "app", "db"]) | st.text(max_size=8)
+
+
+@settings(max_examples=400, deadline=None)
+@given(runtime=st.sampled_from(["containerd", "cri-o"]), kind=st.sampled_from([CONTAINER, SANDBOX]),
+       forged=st.dictionaries(TENANT_KEYS, TENANT_VALUES, max_size=10),
+       labels=st.dictionaries(TENANT_KEYS, TENANT_VALUES, max_size=4))
+def test_random_pod_annotations_never_change_the_identity_a_runtimes_own_keys_give(runtime, kind, forged, labels):
+    """Whatever a tenant puts on its pod: the runtime's own identity, or refused exactly when the pod carries the
+    other runtime's mark."""
+    foreign = MARKS[1] if runtime == "containerd" else MARKS[0]
+    annotations = spec(runtime, kind, forged, pod_labels=labels)
+    if foreign in annotations:
+        with pytest.raises(HookInputError, match="carries both"):
+            identity(annotations)
+    else:
+        assert identity(annotations) == (OWN_CONTAINER if kind == CONTAINER else OWN_SANDBOX)
+
+
+def test_one_runtimes_mark_alone_reads_that_runtimes_keys_only():
+    """A spec with containerd's mark takes nothing from CRI-O's keys and the other way round: a key of the other set
+    never fills a gap in the runtime's own (no UID of its own: passed, not another pod's)."""
+    containerd_without_uid = {key: value for key, value in CONTAINERD.items() if key != "io.kubernetes.cri.sandbox-uid"}
+    assert identity(dict(containerd_without_uid, **{"io.kubernetes.pod.uid": VICTIM})) is None
+    crio_without_uid = {key: value for key, value in CRIO.items() if key != "io.kubernetes.pod.uid"}
+    assert identity(dict(crio_without_uid, **{"io.kubernetes.cri.sandbox-uid": VICTIM})) is None
