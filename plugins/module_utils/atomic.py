@@ -2,17 +2,20 @@
 # Apache License 2.0 (see LICENSE)
 """The one way kubecpu replaces a file: a temporary file beside it, then a rename over it.
 
-A reader sees the old file or the new one, never a half-written one. ``durable`` adds the fsyncs that make the
-new file survive a crash (the file before the rename, the directory after): the checkpoint needs them, the
-container cache and the metrics file (both rebuilt by the next pass) do not. Whatever fails, the temporary file
-is removed: a full disk must not fill up with them. A writer killed with SIGKILL cannot remove its own; the next
-one sweeps them (``sweep_temporaries``).
+A reader sees the old file or the new one, never a half-written one. A file that is replaced keeps its owner, group
+and mode: kubecpu rewrites files that are the operator's (containerd's configuration can hold registry credentials and
+is kept 0600; the kubelet writes its checkpoint 0600), and a rewrite must not change who may read them. ``durable``
+adds the fsyncs that make the new file survive a crash (the file before the rename, the directory after): the
+checkpoint needs them, the container cache and the metrics file (both rebuilt by the next pass) do not. Whatever
+fails, the temporary file is removed: a full disk must not fill up with them. A writer killed with SIGKILL cannot
+remove its own; the next one sweeps them (``sweep_temporaries``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import time
 from typing import Callable, List, Optional, Tuple
 
@@ -68,14 +71,21 @@ def atomic_write(path: str, data: bytes, *, durable: bool, mode: int = 0o600,
                  before_rename: Optional[Callable[[], None]] = None) -> os.stat_result:
     """Replace ``path`` with ``data``; returns the new file's stat. Raises OSError, the temporary file removed.
 
+    A file that is there keeps its owner, group and mode (permission bits with setuid, setgid and sticky): the
+    temporary file gets them before the rename, and when they cannot be given (a writer that is not root replacing
+    another user's file) nothing is replaced. ``mode`` is a new file's.
     ``before_rename`` runs once the data is written, just before the rename (the store keeps the previous
     generation there).
     """
     directory = os.path.dirname(os.path.abspath(path))
+    try:
+        current: Optional[os.stat_result] = os.stat(path)
+    except FileNotFoundError:
+        current = None
     fd, tmp = create_temporary(directory, os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), mode)
+            _take_owner_and_mode(handle.fileno(), current, mode)
             handle.write(data)
             handle.flush()
             if durable:
@@ -91,3 +101,15 @@ def atomic_write(path: str, data: bytes, *, durable: bool, mode: int = 0o600,
     if durable:
         fsync_directory(directory)
     return written
+
+
+def _take_owner_and_mode(fd: int, current: Optional[os.stat_result], mode: int) -> None:
+    """The temporary file as the file it replaces: its owner and group first (a change of owner clears setuid and
+    setgid), then its mode; ``mode`` when there is no file."""
+    if current is None:
+        os.fchmod(fd, mode)
+        return
+    mine = os.fstat(fd)
+    if (mine.st_uid, mine.st_gid) != (current.st_uid, current.st_gid):
+        os.fchown(fd, current.st_uid, current.st_gid)
+    os.fchmod(fd, stat.S_IMODE(current.st_mode))

@@ -165,7 +165,7 @@ class IrqBalance:
             return False
         if apply:
             try:
-                atomic_write(self.env_file, new, durable=True, mode=os.stat(self.env_file).st_mode & 0o7777)
+                atomic_write(self.env_file, new, durable=True)  # the file keeps its owner and mode
             except OSError as exc:
                 raise HousekeepingError("cannot write %s: %s" % (self.env_file, exc.strerror)) from None
         return True

@@ -6,9 +6,13 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import stat
+import tempfile
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import atomic
 
 
@@ -17,15 +21,68 @@ def temporaries(directory):
 
 
 @pytest.mark.parametrize("durable, syncs", [(True, 2), (False, 0)])
-def test_replaces_the_file_with_its_mode_and_syncs_only_when_durable(tmp_path, monkeypatch, durable, syncs):
+def test_a_replaced_file_keeps_its_mode_a_new_one_gets_the_given_mode_and_syncs_only_when_durable(
+        tmp_path, monkeypatch, durable, syncs):
     path = tmp_path / "file"
     path.write_bytes(b"old")
+    os.chmod(path, 0o640)
     calls = []
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd) or real(fd))
-    stat = atomic.atomic_write(str(path), b"new", durable=durable, mode=0o640)
-    assert path.read_bytes() == b"new" and os.stat(path).st_mode & 0o777 == 0o640
-    assert stat.st_ino == os.stat(path).st_ino and len(calls) == syncs and temporaries(tmp_path) == []
+    written = atomic.atomic_write(str(path), b"new", durable=durable, mode=0o644)
+    assert path.read_bytes() == b"new" and os.stat(path).st_mode & 0o7777 == 0o640  # the file's, not the default
+    assert written.st_ino == os.stat(path).st_ino and len(calls) == syncs and temporaries(tmp_path) == []
+    atomic.atomic_write(str(tmp_path / "new"), b"x", durable=durable, mode=0o644)
+    atomic.atomic_write(str(tmp_path / "private"), b"x", durable=durable)
+    assert [os.stat(tmp_path / name).st_mode & 0o7777 for name in ("new", "private")] == [0o644, 0o600]
+
+
+def owners():
+    """Owners and groups this process can give a file: any as root, else its own."""
+    if os.geteuid() == 0:
+        return st.integers(0, 65534), st.integers(0, 65534)
+    return st.just(os.geteuid()), st.sampled_from(sorted(set(os.getgroups()) | {os.getegid()}))
+
+
+@settings(max_examples=200)
+@given(st.tuples(*owners()), st.integers(0, 0o7777))
+def test_a_replaced_file_keeps_its_owner_group_and_mode_setuid_setgid_and_sticky_included(owner, mode):
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "file")
+        with open(path, "wb") as handle:
+            handle.write(b"old")
+        os.chown(path, *owner)
+        os.chmod(path, mode)
+        atomic.atomic_write(path, b"new", durable=False)
+        after = os.stat(path)
+        assert (after.st_uid, after.st_gid, after.st_mode & 0o7777) == owner + (mode,)
+
+
+def test_an_owner_that_cannot_be_given_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    """A writer that is not root replacing another user's file: the rename would hand the file to the writer, so
+    nothing is replaced."""
+    path = tmp_path / "file"
+    path.write_bytes(b"old")
+    before = os.stat(path)
+    real_stat = os.stat
+
+    def owned_by_another(name, *args, **kwargs):  # the file is another user's (as this process sees it)
+        found = real_stat(name, *args, **kwargs)
+        if str(name) != str(path):
+            return found
+        fields = list(found)
+        fields[stat.ST_UID] = found.st_uid + 1
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(os, "stat", owned_by_another)
+
+    def refused(*_args):
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(os, "fchown", refused)
+    with pytest.raises(PermissionError):
+        atomic.atomic_write(str(path), b"new", durable=True)
+    assert path.read_bytes() == b"old" and os.stat(path).st_ino == before.st_ino and temporaries(tmp_path) == []
 
 
 @pytest.mark.parametrize("failing", ["fsync", "replace", "fchmod"])
