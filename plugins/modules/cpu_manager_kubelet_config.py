@@ -95,11 +95,21 @@ options:
       - The kubelet's command-line arguments; its C(--feature-gates) are laid over O(config)'s C(featureGates), as
         the kubelet does, for the options' gates and the checkpoint format. A gate this configuration needs that the
         command line turns off is refused.
-      - Omitted, the command line of the running kubelet (a process named C(kubelet)) is read from C(/proc); none
-        running, there are none.
+      - Omitted, the command line of the running kubelet is read from C(/proc), the kubelet being the process named
+        C(kubelet) that systemd runs in O(kubelet_service)'s cgroup, as root (real and effective user), running
+        O(kubelet_binary) when it is given. Any local user can name a process C(kubelet); one that fails a check is not read, and
+        RV(notes) names it. None passing, there are none, as when no kubelet runs. Several passing with different
+        command lines fail the module (give O(kubelet_args)).
     type: list
     elements: str
     version_added: 0.6.0
+  kubelet_service:
+    description:
+      - The kubelet's systemd unit (C(kubelet) is C(kubelet.service)), whose cgroup identifies the running kubelet
+        when O(kubelet_args) is omitted.
+    type: str
+    default: kubelet
+    version_added: 0.7.0
   state_rewrite:
     description:
       - Also compute the checkpoint for the new configuration (RV(rewritten_state)) and the containers it moves
@@ -293,7 +303,9 @@ kubelet_version:
   sample: Kubernetes v1.37.2
   version_added: 0.7.0
 notes:
-  description: Remarks (a reservation rounded up to whole cores, a kubelet newer than the known ones).
+  description:
+    - Remarks (a reservation rounded up to whole cores, a kubelet newer than the known ones, a process named
+      C(kubelet) whose command line was not read because it is not the kubelet of O(kubelet_service)).
   returned: success
   type: list
   elements: str
@@ -307,7 +319,7 @@ compile_once()  # before the core is imported: each of its modules compiled once
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.settings import num_reserved, reserved_cpus
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError, StoreError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import (
-    Desired, adopter, ask_kubelet_version, plan_change, rewrite_for, running_kubelet_args)
+    Desired, adopter, ask_kubelet_version, find_kubelet, kubelet_unit, plan_change, rewrite_for)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import flag_gates
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology_manager import POLICIES, SCOPES
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import (
@@ -337,15 +349,24 @@ def plan(module: AnsibleModule) -> dict:
         topology_manager_policy_options=params["topology_manager_policy_options"])
     topo = load_topology(params["topology_path"], params["sysfs_root"])
     state = read_state(params["state_path"])
-    args = params["kubelet_args"] if params["kubelet_args"] is not None else running_kubelet_args()
+    unit = kubelet_unit(params["kubelet_service"])
+    binary = None
+    if params["kubelet_binary"]:
+        binary = module.get_bin_path(params["kubelet_binary"]) or params["kubelet_binary"]
+    args, search = params["kubelet_args"], None
+    if args is None:  # the running kubelet's, as its unit identifies it (any user can name a process kubelet)
+        search = find_kubelet(unit=unit, binary=binary)
+        args = search.chosen.args if search.chosen is not None else []
     version = params["kubelet_version"]
     if not version:
-        if not params["kubelet_binary"]:
+        if not binary:
             raise ConfigError("kubelet_version is empty and there is no kubelet_binary to ask for it")
-        version = ask_kubelet_version(module.get_bin_path(params["kubelet_binary"]) or params["kubelet_binary"])
+        version = ask_kubelet_version(binary)
     change = plan_change(params["config"], desired, topo, version, state=state,
                          state_path=params["state_path"], flags=flag_gates(args))
     result = dict(changed=False, kubelet_args=args, kubelet_version=version, **change.to_dict(params["state_path"]))
+    if search is not None:
+        result["notes"] = result["notes"] + search.notes()
     if params["state_rewrite"]:
         settings = dict(params, **change.settings())
         adopt = adopter(node_config(settings, read_only=True), topo) if settings["policy"] == "static" else None
@@ -372,6 +393,7 @@ def main() -> None:
             "state_path": {"type": "path", "default": "/var/lib/kubelet/cpu_manager_state"},
             "state_rewrite": {"type": "bool", "default": False},
             "kubelet_args": {"type": "list", "elements": "str"},
+            "kubelet_service": {"type": "str", "default": "kubelet"},
             **TOPOLOGY_ARGS,
             **RUNTIME_ARGS,
         },

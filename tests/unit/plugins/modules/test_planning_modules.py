@@ -4,6 +4,8 @@ in-process: results, check mode, clear failures."""
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 
 import pytest
 
@@ -295,3 +297,32 @@ def test_agent_health_reads_the_count_then_gates_on_a_fresh_pass(tmp_path, capsy
                            "kubecpu-agent")
     relative = run(cpu_manager_agent_health, {"metrics_path": "kubecpu.prom"}, capsys)
     assert relative["rc"] == 1 and relative["error_type"] == "ConfigError" and "absolute path" in relative["msg"]
+
+
+def test_kubelet_config_reads_no_gates_from_a_process_only_named_kubelet(root, tmp_path, capsys):
+    """Issue 62, finding 4, through the module on this machine's /proc: a real process named kubelet (a script named
+    so, run from tmp_path, outside any kubelet.service cgroup) whose command line turns PodLevelResourceManagers on.
+    No kubelet_binary: its cgroup alone (this suite may run as root) keeps it from being read. The module plans for
+    1.36 as if no kubelet ran (a V2 checkpoint) and its notes name the process."""
+    impostor = tmp_path / "kubelet"
+    impostor.write_text("#!/bin/sh\nsleep 60\n")
+    impostor.chmod(0o755)
+    process = subprocess.Popen([str(impostor), "--feature-gates=PodLevelResourceManagers=true"])
+    try:
+        for _ in range(100):  # until the shell runs the script under its name
+            with open("/proc/%d/comm" % process.pid, "rb") as handle:
+                if handle.read().strip() == b"kubelet":
+                    break
+            time.sleep(0.02)
+        result = run(cpu_manager_kubelet_config, {
+            "config": KUBEADM, "kubelet_version": "1.36", "num_reserved": 2,
+            "state_path": str(tmp_path / "absent"), "sysfs_root": root}, capsys)
+    finally:
+        process.kill()
+        process.wait()
+    assert result["rc"] == 0, result.get("msg")
+    assert not any("PodLevelResourceManagers" in arg for arg in result["kubelet_args"])
+    checkpoint = result["checkpoint"]
+    assert checkpoint["format"] == "v2" and "PodLevelResourceManagers" not in checkpoint["feature_gates"]
+    assert any(note.startswith("PID %d is named kubelet but is not the kubelet of kubelet.service" % process.pid)
+               for note in result["notes"])

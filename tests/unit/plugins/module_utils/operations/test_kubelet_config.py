@@ -4,14 +4,20 @@ configuration (only the managed keys change), and the state-file verdict that dr
 
 from __future__ import annotations
 
+import os
+import pathlib
+import tempfile
+
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import KubecpuError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import encode
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import CPU_OPTION_HISTORY
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import (
+    CPU_OPTION_HISTORY, flag_gates)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import (
-    ConfigError, Desired, ask_kubelet_version, plan_change, running_kubelet_args)
+    KUBELET_UNIT, MAX_CGROUP_BYTES, MAX_CMDLINE_BYTES, MAX_COMM_BYTES, MAX_STATUS_BYTES, ConfigError, Desired,
+    ask_kubelet_version, find_kubelet, kubelet_unit, plan_change, running_kubelet_args)
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -276,16 +282,288 @@ def test_gates_on_the_kubelets_command_line_count_over_the_files():
                     "1.36", state=None, state_path=STATE, flags={"CPUManagerPolicyAlphaOptions": False})
 
 
-def test_the_running_kubelets_command_line_is_found_by_its_process_name(tmp_path):
-    for pid, comm, cmdline in ((7, b"systemd\n", b"/sbin/init\0"),
-                               (1234, b"kubelet\n", b"/usr/bin/kubelet\0--config=/c.yaml\0--feature-gates=A=true\0"),
-                               (99, b"containerd\n", b"containerd\0")):
-        (tmp_path / str(pid)).mkdir()
-        (tmp_path / str(pid) / "comm").write_bytes(comm)
-        (tmp_path / str(pid) / "cmdline").write_bytes(cmdline)
-    (tmp_path / "self").mkdir()
-    assert running_kubelet_args(str(tmp_path)) == ["--config=/c.yaml", "--feature-gates=A=true"]
+# The running kubelet, as its unit identifies it (issue 62, finding 4): fake /proc trees in a temporary directory,
+# one directory per process with the files the kernel shows.
+V2 = "0::/system.slice/kubelet.service\n"
+V1 = ("12:pids:/system.slice/kubelet.service\n4:cpu,cpuacct:/system.slice/kubelet.service\n"
+      "1:name=systemd:/system.slice/kubelet.service\n")
+HYBRID = V1 + V2
+USERS = "0::/user.slice/user-1000.slice/user@1000.service/app.slice/kubelet.service\n"  # systemd-run --user --unit
+SESSION = "0::/user.slice/user-1000.slice/session-3.scope\n"
+V1_USERS = "12:pids:/system.slice/kubelet.service\n1:name=systemd:/user.slice/user-1000.slice/session-3.scope\n"
+HYBRID_SPLIT = V1 + USERS  # every systemd hierarchy must name the unit
+REAL_ARGS = ["--config=/var/lib/kubelet/config.yaml", "--container-runtime-endpoint=unix:///run/containerd.sock"]
+HOSTILE_GATES = "--feature-gates=CPUManagerPolicyOptions=false,PodLevelResourceManagers=true"
+
+
+class FakeProc:
+    """A /proc tree below ``root`` and a kubelet binary on disk (``binary``; ``link``: a symlink to it, as
+    alternatives and /usr/local/bin installs make)."""
+
+    def __init__(self, root):
+        self.proc = root / "proc"
+        self.proc.mkdir()
+        (root / "opt").mkdir()
+        self.binary = os.path.realpath(str(root / "opt" / "kubelet"))
+        with open(self.binary, "wb") as handle:
+            handle.write(b"\x7fELF")
+        self.link = str(root / "opt" / "kubelet-link")
+        os.symlink(self.binary, self.link)
+
+    def add(self, pid, *, comm=b"kubelet", uid=(0, 0), cgroup=V2, exe=None, args=REAL_ARGS, omit=()):
+        base = self.proc / str(pid)
+        base.mkdir()
+        exe = self.binary if exe is None else exe
+        files = {"comm": comm + b"\n",
+                 "status": ("Name:\t%s\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t%d\nPid:\t%d\nPPid:\t1\n"
+                            "Uid:\t%d\t%d\t%d\t%d\nGid:\t0\t0\t0\t0\n"
+                            % (comm.decode(), pid, pid, uid[0], uid[1], uid[1], uid[1])).encode(),
+                 "cgroup": cgroup.encode() if isinstance(cgroup, str) else cgroup,
+                 "cmdline": b"\0".join(arg.encode() for arg in [exe, *args]) + b"\0"}
+        for name, data in files.items():
+            if name not in omit:
+                (base / name).write_bytes(data)
+        if "exe" not in omit:
+            os.symlink(exe, str(base / "exe"))
+        return self
+
+    def search(self, binary="told", unit=KUBELET_UNIT):
+        return find_kubelet(str(self.proc), unit=unit, binary=self.binary if binary == "told" else binary)
+
+
+@pytest.fixture
+def node(tmp_path):
+    return FakeProc(tmp_path)
+
+
+# (case, the processes as FakeProc.add keywords by PID, the PID chosen, {PID: words of why it is not the kubelet})
+IDENTITY = [
+    ("the real kubelet", {1234: {}}, 1234, {}),
+    ("cgroup v1 (name=systemd)", {1234: {"cgroup": V1}}, 1234, {}),
+    ("cgroup v1 and v2 (hybrid)", {1234: {"cgroup": HYBRID}}, 1234, {}),
+    ("a unit in the root slice", {1234: {"cgroup": "0::/kubelet.service\n"}}, 1234, {}),
+    ("its binary replaced by an upgrade while it runs", {1234: {"exe": "{binary} (deleted)"}}, 1234, {}),
+    ("a lower PID owned by uid 1000", {300: {"uid": (1000, 1000), "args": [HOSTILE_GATES]}, 1234: {}}, 1234,
+     {300: "runs as uid 1000 (effective 1000), not root"}),
+    ("root only in its effective uid (setuid)", {300: {"uid": (1000, 0), "args": [HOSTILE_GATES]}, 1234: {}}, 1234,
+     {300: "runs as uid 1000 (effective 0)"}),
+    ("root only in its real uid", {300: {"uid": (0, 1000), "args": [HOSTILE_GATES]}, 1234: {}}, 1234,
+     {300: "runs as uid 0 (effective 1000)"}),
+    ("a user's own kubelet.service (user.slice, user@1000.service)", {300: {"cgroup": USERS}, 1234: {}}, 1234,
+     {300: "its cgroup is /user.slice/user-1000.slice/user@1000.service/app.slice/kubelet.service, not "
+           "kubelet.service"}),
+    ("a user's login session", {300: {"cgroup": SESSION}, 1234: {}}, 1234, {300: "its cgroup is /user.slice/"}),
+    ("v1: a user's session in name=systemd", {300: {"cgroup": V1_USERS}, 1234: {}}, 1234, {300: "session-3.scope"}),
+    ("hybrid: the unified hierarchy says a user's", {300: {"cgroup": HYBRID_SPLIT}, 1234: {}}, 1234,
+     {300: "user@1000.service"}),
+    ("another unit", {300: {"cgroup": "0::/system.slice/cron.service\n"}}, None, {300: "cron.service, not"}),
+    ("a unit whose name ends like the kubelet's", {300: {"cgroup": "0::/system.slice/my-kubelet.service\n"}}, None,
+     {300: "my-kubelet.service"}),
+    ("a cgroup below the unit's", {300: {"cgroup": "0::/system.slice/kubelet.service/x\n"}}, None, {300: "/x,"}),
+    ("a slice named like the unit", {300: {"cgroup": "0::/kubelet.service/kubelet.service\n"}}, None,
+     {300: "its cgroup"}),
+    ("no systemd hierarchy", {300: {"cgroup": "4:cpu:/system.slice/kubelet.service\n"}}, None,
+     {300: "names no systemd hierarchy"}),
+    ("its exe is /tmp/kubelet", {300: {"exe": "/tmp/kubelet", "args": [HOSTILE_GATES]}, 1234: {}}, 1234,
+     {300: "its executable is /tmp/kubelet, not {binary}"}),
+    ("another binary named kubelet (deleted)", {300: {"exe": "/tmp/kubelet (deleted)"}}, None,
+     {300: "its executable is /tmp/kubelet (deleted)"}),
+    ("vanished before its status is read", {300: {"omit": ("status",)}}, None, {}),
+    ("vanished: its directory is there, its files are gone", {300: {"omit": ("cgroup", "status", "exe", "cmdline")},
+                                                              1234: {}}, 1234, {}),
+    ("vanished between the checks and the command line", {300: {"omit": ("cmdline",)}, 1234: {}}, 1234, {}),
+    ("vanished before its executable is read", {300: {"omit": ("exe",)}}, None, {}),
+    ("oversized cgroup file", {300: {"cgroup": V2 + "#" * MAX_CGROUP_BYTES}, 1234: {}}, 1234,
+     {300: "its cgroup is larger than %d bytes" % MAX_CGROUP_BYTES}),
+    ("another process's name", {300: {"comm": b"kubelet2"}, 301: {"comm": b"bash"}}, None, {}),
+    ("an oversized name is no kubelet's", {300: {"comm": b"kubelet" + b" " * MAX_COMM_BYTES}}, None, {}),
+]
+
+
+@pytest.mark.parametrize("case,processes,chosen,refused", IDENTITY, ids=[case[0] for case in IDENTITY])
+def test_the_kubelet_is_the_process_its_unit_runs_as_root_from_its_binary(node, case, processes, chosen, refused):
+    for pid, how in processes.items():
+        node.add(pid, **{key: value.format(binary=node.binary) if isinstance(value, str) and key == "exe" else value
+                         for key, value in how.items()})
+    found = node.search()
+    assert (found.chosen.pid if found.chosen else None) == chosen
+    assert found.chosen is None or found.chosen.args == REAL_ARGS
+    assert sorted(pid for pid, _why in found.refused) == sorted(refused)
+    for pid, why in found.refused:
+        assert refused[pid].format(binary=node.binary) in why
+        assert any(("PID %d is named kubelet but is not the kubelet of kubelet.service" % pid) in note
+                   and "its command line is not read" in note for note in found.notes())
+    assert running_kubelet_args(str(node.proc), binary=node.binary) == (REAL_ARGS if chosen else [])
+
+
+def test_an_oversized_status_file_is_no_kubelets(node):
+    node.add(300)
+    (node.proc / "300" / "status").write_bytes(b"Uid:\t0\t0\t0\t0\n" + b"#" * MAX_STATUS_BYTES)
+    found = node.search()
+    assert found.chosen is None and found.refused == [(300, "its status is larger than %d bytes" % MAX_STATUS_BYTES)]
+
+
+@pytest.mark.parametrize("line", ["Uid:\t0\n", "Uid:\t0\tx\t0\t0\n", "Uid:\n", "Gid:\t0\t0\t0\t0\n"])
+def test_a_status_without_a_readable_uid_line_is_no_kubelets(node, line):
+    node.add(300)
+    (node.proc / "300" / "status").write_text("Name:\tkubelet\n" + line)
+    found = node.search()
+    assert found.chosen is None and "Uid line" in found.refused[0][1]
+
+
+def test_the_kubelets_command_line_beyond_the_limit_is_refused_not_cut(node):
+    """A command line cut at the limit could lose a --feature-gates flag: the module asks for kubelet_args."""
+    node.add(1234, args=["--x=" + "y" * MAX_CMDLINE_BYTES])
+    with pytest.raises(ConfigError, match=r"the kubelet of kubelet.service \(PID 1234\) has a command line of more "
+                                          r"than 1048576 bytes: give kubelet_args"):
+        node.search()
+
+
+def test_the_binary_is_compared_with_its_links_resolved(node):
+    node.add(1234)
+    assert node.search(binary=node.link).chosen.pid == 1234
+
+
+@pytest.mark.parametrize("binary,chosen", [(None, 1234), ("kubelet", None), ("relative/kubelet", None)])
+def test_the_executable_is_checked_only_against_a_binary_the_module_is_told(node, binary, chosen):
+    """Not told one (kubelet_version given, no kubelet_binary): the unit and root identify it. Told a name found
+    nowhere on the node: no executable can be checked against it, so none is the kubelet (and the note says so)."""
+    node.add(1234, exe="/usr/local/bin/kubelet")
+    found = node.search(binary=binary)
+    assert (found.chosen.pid if found.chosen else None) == chosen
+    if chosen is None:
+        assert found.refused == [(1234, "kubelet_binary %r is no path found on this node: its executable cannot be "
+                                        "checked" % binary)]
+
+
+def test_the_unit_the_module_is_told_identifies_the_kubelet(node):
+    node.add(1234, cgroup="0::/system.slice/snap.kubelite.daemon.service\n")
+    assert node.search(unit="snap.kubelite.daemon.service").chosen.pid == 1234
+    assert node.search().chosen is None
+
+
+@pytest.mark.parametrize("service,unit", [("kubelet", "kubelet.service"), ("kubelet.service", "kubelet.service"),
+                                          ("k3s-agent", "k3s-agent.service"), ("kubelet.scope", "kubelet.scope")])
+def test_the_kubelet_service_is_a_unit_name(service, unit):
+    assert kubelet_unit(service) == unit
+
+
+@pytest.mark.parametrize("service", ["", "-kubelet", "kube let", "kubelet/x", "../kubelet"])
+def test_a_kubelet_service_that_is_no_unit_name_is_refused(service):
+    with pytest.raises(ConfigError, match=r"kubelet_service .*: not a systemd unit name"):
+        kubelet_unit(service)
+
+
+def test_several_kubelets_that_agree_the_lowest_is_read_and_the_notes_say_why(node):
+    node.add(1234).add(2345)
+    found = node.search()
+    assert found.chosen == (1234, REAL_ARGS) and found.passed == [1234, 2345]
+    assert found.notes() == ["PIDs 1234, 2345 all pass as the kubelet of kubelet.service with the same command line: "
+                             "PID 1234 (the lowest) is read"]
+
+
+def test_several_kubelets_that_disagree_are_refused(node):
+    node.add(1234).add(2345, args=REAL_ARGS + ["--feature-gates=PodLevelResourceManagers=true"])
+    with pytest.raises(ConfigError, match=r"PIDs 1234, 2345 all pass as the kubelet of kubelet.service \(root, in its "
+                                          r"cgroup, running .*\) with different command lines: .*give kubelet_args"):
+        node.search()
+
+
+def test_no_proc_is_no_kubelet(tmp_path):
     assert running_kubelet_args(str(tmp_path / "nonexistent")) == []
+
+
+@pytest.mark.parametrize("real", [True, False], ids=["beside the real kubelet", "alone"])
+def test_impostor_named_kubelet_supplies_no_feature_gates(node, real):
+    """Issue 62, finding 4: a local user's process named kubelet (lower PID, uid 1000, in its own session) with
+    CPUManagerPolicyOptions=false and PodLevelResourceManagers=true. The gates the module lays over the file's
+    (flag_gates of the running kubelet's command line, as plan() does) are the real kubelet's, none here: on 1.36 the
+    node is neither refused nor given a V3 checkpoint, and the gates are the configuration's."""
+    node.add(300, uid=(1000, 1000), cgroup=SESSION, exe="/tmp/kubelet", args=[HOSTILE_GATES])
+    if real:
+        node.add(1234)
+    config = dict(KUBEADM, featureGates={"CPUManagerPolicyAlphaOptions": True})
+    search = node.search()
+    flags = flag_gates(running_kubelet_args(str(node.proc), binary=node.binary))
+    assert flags == {}
+    change = plan_change(config, Desired(num_reserved=2, policy_options={"full-pcpus-only": "true"}), TOPO, "1.36",
+                         state=None, state_path=STATE, flags=flags)
+    assert change.kubelet.writes == "v2" and dict(change.kubelet.gates) == {"CPUManagerPolicyAlphaOptions": True}
+    assert change.config["featureGates"] == {"CPUManagerPolicyAlphaOptions": True}
+    assert [pid for pid, _why in search.refused] == [300]
+    # what the impostor's gates would have done, had they been read: the node refused, or a V3 checkpoint
+    with pytest.raises(ConfigError, match="CPUManagerPolicyOptions to false"):
+        plan_change(config, Desired(num_reserved=2, policy_options={"full-pcpus-only": "true"}), TOPO, "1.36",
+                    state=None, state_path=STATE, flags={"CPUManagerPolicyOptions": False})
+    assert plan_change(config, Desired(num_reserved=2), TOPO, "1.36", state=None, state_path=STATE,
+                       flags={"PodLevelResourceManagers": True}).kubelet.writes == "v3"
+
+
+# Any number of processes, each with a random name, owner, cgroup and executable, some gone meanwhile.
+_CGROUPS = {"v2": (V2, True), "v1": (V1, True), "hybrid": (HYBRID, True), "root slice": ("0::/kubelet.service\n", True),
+            "user's unit": (USERS, False), "session": (SESSION, False), "v1 session": (V1_USERS, False),
+            "hybrid split": (HYBRID_SPLIT, False), "other": ("0::/system.slice/cron.service\n", False),
+            "lookalike": ("0::/system.slice/my-kubelet.service\n", False),
+            "below": ("0::/system.slice/kubelet.service/x\n", False),
+            "no systemd": ("4:cpu:/system.slice/kubelet.service\n", False), "empty": ("", False),
+            "oversized": (V2 + "#" * MAX_CGROUP_BYTES, False), "binary junk": (b"\xff\xfe0::\x00\n", False)}
+_EXES = {"right": True, "right (deleted)": True, "/tmp/kubelet": False, "/usr/bin/kubelet2": False}
+_UIDS = {(0, 0): True, (1000, 1000): False, (1000, 0): False, (0, 1000): False, (65534, 65534): False}
+_GONE = [(), ("cgroup",), ("cmdline",), ("exe",)]
+_ANYONE = st.fixed_dictionaries({
+    "comm": st.sampled_from([b"kubelet", b"kubelet2", b"bash", b"kubele"]),
+    "uid": st.sampled_from(sorted(_UIDS)), "cgroup": st.sampled_from(sorted(_CGROUPS)),
+    "exe": st.sampled_from(sorted(_EXES)), "gone": st.sampled_from(_GONE), "args": st.sampled_from([0, 1])})
+_KUBELET_LIKE = st.fixed_dictionaries({  # a kubelet, or one check away from one: the two must never be confused
+    "comm": st.just(b"kubelet"), "uid": st.sampled_from([(0, 0), (0, 0), (1000, 1000), (1000, 0)]),
+    "cgroup": st.sampled_from(["v2", "v1", "hybrid", "user's unit", "hybrid split"]),
+    "exe": st.sampled_from(["right", "right (deleted)", "/tmp/kubelet"]), "gone": st.sampled_from([(), (), *_GONE]),
+    "args": st.sampled_from([0, 0, 1])})
+_PROCESS = st.one_of(_KUBELET_LIKE, _ANYONE)
+
+
+@settings(max_examples=100)
+@given(processes=st.dictionaries(st.integers(1, 99999), _PROCESS, max_size=8), told=st.booleans())
+def test_the_chosen_process_always_passes_every_check(processes, told):
+    """Whatever the impostors, the chosen process is one named kubelet, in the unit's cgroup, run by root (real and
+    effective) from the binary (when told one); the lowest such PID, or none when none passes; refused, with a
+    ConfigError, when those that pass disagree. Every other process named kubelet is in the notes, the gone ones
+    nowhere."""
+    with tempfile.TemporaryDirectory() as root:
+        node = FakeProc(pathlib.Path(root))
+        for pid, how in processes.items():
+            exe = how["exe"].replace("right", node.binary)
+            node.add(pid, comm=how["comm"], uid=how["uid"], cgroup=_CGROUPS[how["cgroup"]][0], exe=exe,
+                     args=[REAL_ARGS, REAL_ARGS[:1]][how["args"]], omit=how["gone"])
+        outcomes = {pid: _outcome(how, told) for pid, how in processes.items()}
+        passing = sorted(pid for pid, outcome in outcomes.items() if outcome == "passes")
+        try:
+            found = node.search(binary=node.binary if told else None)
+        except ConfigError as exc:
+            assert len({processes[pid]["args"] for pid in passing}) > 1, str(exc)
+            return
+    assert len({processes[pid]["args"] for pid in passing}) <= 1
+    assert found.passed == passing
+    assert (found.chosen.pid if found.chosen else None) == (passing[0] if passing else None)
+    assert sorted(pid for pid, _why in found.refused) == sorted(pid for pid, outcome in outcomes.items()
+                                                                 if outcome == "refused")
+
+
+def _outcome(how, told):
+    """What the checks make of a process, from how it was made: "other" (not named kubelet), "gone" (a file it reads
+    has vanished), "refused" (a check fails on what it read) or "passes". The cgroup is read first, then the owner,
+    the executable when a binary is told, and the command line of one that passes."""
+    if how["comm"] != b"kubelet":
+        return "other"
+    if how["gone"] == ("cgroup",):
+        return "gone"
+    if not (_CGROUPS[how["cgroup"]][1] and _UIDS[how["uid"]]):
+        return "refused"
+    if told and how["gone"] == ("exe",):
+        return "gone"
+    if told and not _EXES[how["exe"]]:
+        return "refused"
+    return "gone" if how["gone"] == ("cmdline",) else "passes"
 
 
 @pytest.mark.parametrize("answer,version", [
