@@ -201,3 +201,12 @@ class SafetyError(KubecpuError):
 class KubeletPinsError(SafetyError):
     """The kubelet's checkpoint says the static policy: the kubelet pins CPUs itself and kubecpu steps aside (the
     hook and the NRI plugin pass every container untouched, a pass of the agent writes nothing)."""
+
+
+class PreflightError(KubecpuError):
+    """A node lacks what a rollout needs (root, systemd as PID 1, an interpreter the core runs on, a runtime that
+    answers, a reservation that exists and is free); ``problems`` names each, its text joins them."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
