@@ -250,14 +250,15 @@ class StaticPolicy:
         return Allocation(cpus, True)
 
     def topology_hints(self, state: CPUState, pod: Pod, container: str, scope: str) -> Hints:
-        """GetTopologyHints (``scope`` container) or GetPodTopologyHints (``pod``) for this state (HINTS.md)."""
+        """GetTopologyHints (``scope`` container) or GetPodTopologyHints (``pod``) for this state (HINTS.md); a
+        container that already holds CPUs gets its hints from them alone, as at the restarted kubelet's re-admission."""
         available, reusable = self.available(state), self.reusable(state, pod)
         if scope == "pod":
             held = [(pod.guaranteed_cpus(c.name), state.get(pod.uid, c.name)) for c in pod.all_containers()]
             return pod_hints(self.topology, self.options, available, pod.guaranteed_pod_cpus(), reusable=reusable,
                              assigned=[(request, cpus) for request, cpus in held if cpus is not None])
         return container_hints(self.topology, self.options, available, pod.guaranteed_cpus(container),
-                               reusable=reusable)
+                               reusable=reusable, assigned=state.get(pod.uid, container))
 
     def resize(self, state: CPUState, pod_uid: str, container: str, count: int, baseline: CPUSet) -> CPUSet:
         """An in-place resize of a container holding exclusive CPUs to ``count`` (KEP-5554): up, a superset (every CPU

@@ -8,13 +8,14 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ..errors import TopologyAffinityError
-from ..kubelet.cpuset import EMPTY, CPUSet
-from ..kubelet.hints import TopologyHint, container_hints, pod_hints
+from ..kubelet.cpuset import CPUSet
+from ..kubelet.hints import TopologyHint
 from ..kubelet.pod import Pod
-from ..kubelet.policy import Policy, StaticPolicy
+from ..kubelet.policy import Policy
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology
 from ..kubelet.topology_manager import NONE, TopologyManager
+from .judge import Judge, MemoryNodes
 from .plan import Plan
 
 Providers = List[Optional[Mapping[str, Optional[Sequence[TopologyHint]]]]]
@@ -54,32 +55,18 @@ class Admission:
                                         % (self.manager.policy, self.scope, shown))
         return merged.nodes
 
-    def readmission(self, policy: Policy, state: CPUState) -> List[Dict[str, str]]:
-        """The pinned containers this Topology Manager would reject when a restarted kubelet admits the running pods
-        again (ALGORITHM.md section 9: a container that holds CPUs gets its hints from those CPUs alone; under the
-        pod scope, a pod from all its containers' CPUs together), each with the kubelet's reason. Read from the
-        checkpoint alone: a pod's request is taken to be the CPUs its containers hold."""
-        if self.manager is None or not isinstance(policy, StaticPolicy):
+    def judge(self, policy: Policy, *, memory: Optional[MemoryNodes] = None,
+              pods: Optional[Sequence[Pod]] = None) -> Judge:
+        """The restarted kubelet with this Topology Manager in front of ``policy`` (``node/judge.py``)."""
+        return Judge(policy, self.manager, self.scope, memory=memory, pods=pods)
+
+    def readmission(self, policy: Policy, state: CPUState, *,
+                    memory: Optional[MemoryNodes] = None) -> List[Dict[str, str]]:
+        """The pods a restarted kubelet with this Topology Manager would reject when it admits the running pods again
+        (``node/judge.py``, the pods read from the checkpoint alone), each with the kubelet's reason."""
+        if self.manager is None:
             return []
-        rejected: List[Dict[str, str]] = []
-        for pod, containers in sorted(state.entries.items()):
-            if self.scope == "pod":
-                sets = list(containers.values())
-                held = CPUSet().union(*sets)
-                hints = pod_hints(self.topology, policy.options, EMPTY, len(held),
-                                  assigned=[(len(cpus), cpus) for cpus in sets])
-                checks = [(", ".join(sorted(containers)), held, hints)]
-            else:
-                checks = [(name, cpus, container_hints(self.topology, policy.options, EMPTY, len(cpus), assigned=cpus))
-                          for name, cpus in sorted(containers.items())]
-            for name, cpus, hints in checks:
-                if not self.manager.merge([{"cpu": hints}]).admit:
-                    nodes = sorted({self.topology.loc[c][2] for c in cpus if c in self.topology.loc})
-                    rejected.append({"pod": pod, "container": name, "cpus": str(cpus), "reason": "%s: topology manager "
-                                     "policy %s, scope %s, rejects CPUs %s on NUMA node(s) %s when the restarted "
-                                     "kubelet admits the pod again" % (TopologyAffinityError.TEXT, self.policy,
-                                                                       self.scope, cpus, nodes)})
-        return rejected
+        return [refusal.to_dict() for refusal in self.judge(policy, memory=memory).readmission(state)]
 
     def report(self, simulated: Plan, skipped: List[Dict[str, str]]) -> Dict[str, Any]:
         """The what-if document from a plan that allocated every running container afresh."""

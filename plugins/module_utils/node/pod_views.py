@@ -146,14 +146,38 @@ def release_stale(policy: Policy, plan: Plan, state: CPUState, views: Dict[str, 
         plan.actions.append(Action("release", "", "", uid, name, str(cpus), why))
 
 
+def _by_creation(views: Dict[str, PodView]) -> List[PodView]:
+    return sorted(views.values(), key=lambda v: min(item.created_at for item, _i in v.latest.values()))
+
+
+def running_pods(views: Dict[str, PodView]) -> List[Pod]:
+    """The pod models of the pods with a running container, in creation order: what a restarted kubelet admits
+    again (``node/judge.py``)."""
+    return [view.model for view in _by_creation(views)
+            if any(listed.state == RUNNING for listed, _info in view.latest.values())]
+
+
+def _finished_inits(view: PodView, state: CPUState) -> AbstractSet[str]:
+    """The finished init containers of a running pod that the kubelet admits first: none of its app containers holds
+    CPUs yet, so they reuse these (ALGORITHM.md section 7.4). Skipped, an adopted checkpoint lacks the init entries,
+    and the restarted kubelet allocates them afresh and rejects the pod when too few CPUs are free."""
+    running = any(listed.state == RUNNING for listed, _info in view.latest.values())
+    if not running or any(state.get(view.uid, item.name) is not None for item in view.model.containers):
+        return frozenset()
+    return frozenset(item.name for item in view.model.init_containers if not item.restartable_init)
+
+
 def allocate_running(plan: Plan, state: CPUState, views: Dict[str, PodView],
                      allocate: Callable[[Pod, str], Allocation]) -> None:
-    """Exclusive CPUs for running Guaranteed integral containers without an entry, pods in creation order
-    (``allocate``: the manager's admission and policy, on ``state``)."""
-    for view in sorted(views.values(), key=lambda v: min(item.created_at for item, _i in v.latest.values())):
+    """Exclusive CPUs for running Guaranteed integral containers without an entry, pods in creation order, a pod's
+    finished init containers first when its app containers hold none yet (``_finished_inits``; ``allocate``: the
+    manager's admission and policy, on ``state``)."""
+    for view in _by_creation(views):
+        inits = _finished_inits(view, state)
         for listed, _info in sorted(view.latest.values(), key=lambda pair: pair[0].created_at):
             count = view.model.guaranteed_cpus(listed.name)
-            if listed.state != RUNNING or state.get(view.uid, listed.name) is not None or count == 0:
+            if (listed.state != RUNNING and listed.name not in inits) or state.get(view.uid, listed.name) is not None \
+                    or count == 0:
                 continue
             try:
                 result = allocate(view.model, listed.name)
@@ -163,5 +187,7 @@ def allocate_running(plan: Plan, state: CPUState, views: Dict[str, PodView],
                 continue
             if result.exclusive:
                 why = "restarted container keeps its CPUs" if listed.attempt else "Guaranteed integral request"
+                if listed.state != RUNNING:
+                    why = "finished init container: its app containers reuse its CPUs"
                 plan.actions.append(Action("allocate", listed.id, listed.pod_ref, view.uid, listed.name,
                                            str(result.cpus), why))

@@ -7,13 +7,18 @@ Topology Manager policy (as the kubelet does after its checkpoint is removed). B
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional, Tuple
 
+from ..errors import ContainerRuntimeError
 from ..kubelet.cpuset import CPUSet
+from ..kubelet.pod import Pod
 from ..kubelet.state import CPUState
+from ..kubelet.topology import Topology
+from .config import NodeConfig
+from .factory import build_manager
 from .manager import NodeManager
 from .plan import Plan
-from .pod_views import build_views
+from .pod_views import PodView, build_views, running_pods
 
 
 def adopt(manager: NodeManager, state: CPUState) -> Plan:
@@ -34,3 +39,36 @@ def readmission(manager: NodeManager) -> Dict[str, Any]:
     fresh.pod_entries, fresh.default = pods, fresh.default.difference(CPUSet().union(*pods.values()))
     simulated = adopt(manager, fresh)
     return manager.topology_admission.report(simulated, simulated.skipped)
+
+
+class Running:
+    """What runs on a node, listed once through a read-only manager for ``config`` (its runtime closed after the
+    list): called with a state, every running container admitted into it (``adopt``); ``pods``, the pods a restarted
+    kubelet admits again (``node/judge.py``)."""
+
+    def __init__(self, config: NodeConfig, topology: Topology) -> None:
+        self.config = config._replace(read_only=True)
+        self.topology = topology
+        self._listed: Optional[Tuple[NodeManager, Dict[str, PodView], Plan]] = None
+
+    def _list(self) -> Tuple[NodeManager, Dict[str, PodView], Plan]:
+        if self._listed is None:
+            with build_manager(self.config, with_runtime=True, topology=self.topology, checks=False) as manager:
+                seen = Plan(CPUState(manager.policy.name))
+                self._listed = manager, build_views(manager.observe(seen)), seen
+        return self._listed
+
+    def __call__(self, state: CPUState) -> Plan:
+        """``adopt`` on the one list: raises ContainerRuntimeError when the runtime cannot list."""
+        manager, views, seen = self._list()
+        simulated = Plan(state.copy())
+        simulated.skipped = list(seen.skipped)
+        manager.allocate_running(simulated, state, views)
+        return simulated
+
+    def pods(self) -> Optional[List[Pod]]:
+        """The running pods in creation order; None when the runtime cannot list them."""
+        try:
+            return running_pods(self._list()[1])
+        except ContainerRuntimeError:
+            return None

@@ -13,16 +13,23 @@ documented way out is a drain. kubecpu computes the file instead, the way the st
   would have at admission (pods in creation order, init-container reuse, options, Topology Manager);
 - static to none: the file the kubelet writes for ``none``, every pinned container back on all CPUs.
 When a container cannot keep its CPU count under the new configuration, nothing is rewritten and the containers
-that do not fit are named. The result is checked with the kubelet's own start validation before it is returned.
+that do not fit are named.
+
+Every file returned passes the judge (``node/judge.py``): the restarted kubelet's start validation and its
+re-admission of every running pod (CPU hints from the CPUs each container holds, memory hints from the Memory
+Manager's checkpoint, merged by the new Topology Manager policy and scope, init-container reuse). So a moved
+container goes where its pod's admission puts it: beside the NUMA nodes its memory is pinned to, and under the pod
+scope beside its pod's other containers (the whole pod moves when they cannot be joined). A pod the judge still
+rejects moves whole; when it is rejected again, nothing is rewritten and the reason says the change needs a drain.
 Only computes: the role writes the file (kubelet stopped) and pushes the moves through the runtime.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, cast
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union, cast
 
-from ..errors import AllocationError, ContainerRuntimeError, RestoreFailure, StateError
+from ..errors import AllocationError, ContainerRuntimeError, RestoreFailure
 from ..kubelet.checkpoint_formats import read, write
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.kubelet_versions import DEFAULT, KubeletVersion
@@ -31,6 +38,7 @@ from ..kubelet.qos import GUARANTEED
 from ..kubelet.policy import NONE, STATIC, Policy, StaticPolicy
 from ..kubelet.state import CPUState
 from ..node.admission import Admission
+from ..node.judge import Judge, MemoryNodes, Refusal, overlapping
 from ..node.plan import Plan
 from ..node.state_store import fingerprint
 
@@ -83,34 +91,40 @@ def stored_policy(data: bytes, kubelet: KubeletVersion) -> Tuple[Optional[str], 
 
 
 def rewrite_checkpoint(data: Optional[bytes], policy: Policy, *, admission: Optional[Admission] = None,
-                       adopt: Optional[Adopter] = None, kubelet: KubeletVersion = DEFAULT) -> Rewrite:
+                       adopt: Optional[Adopter] = None, kubelet: KubeletVersion = DEFAULT,
+                       memory: Optional[MemoryNodes] = None, pods: Optional[Sequence[Pod]] = None) -> Rewrite:
     """The checkpoint for ``policy`` (the new configuration's, already built) from ``data`` (None: no file), in the
-    format kubelet ``kubelet`` reads and writes (pod-level entries and baselines kept)."""
+    format kubelet ``kubelet`` reads and writes (pod-level entries and baselines kept). Every file returned passes the
+    judge (``node/judge.py``): the restarted kubelet under ``policy`` and ``admission``, with the Memory Manager's
+    pinned NUMA nodes (``memory``), admitting the running pods (``pods``, in creation order; None: the checkpoint's)."""
+    admission = admission if admission is not None else Admission(policy.topology)
+    judge = admission.judge(policy, memory=memory, pods=pods)
     if data is None:
         if policy.name == STATIC and adopt is not None:
-            return _adopt(None, policy, adopt, kubelet)
+            return _adopt(None, policy, adopt, judge, kubelet)
         return Rewrite(None, [], [], "there is no checkpoint: the kubelet starts from a fresh one", None)
     before, state, failure = stored_policy(data, kubelet)
     if state is None:
         return Rewrite(None, [], [], "the checkpoint cannot be read (%s): rebuild it (bin/kubecpu state --rebuild) "
                        "or drain the node" % failure, None)
     if policy.name == NONE:
-        return _to_none(data, state, policy, kubelet)
+        return _to_none(data, state, policy, judge, kubelet)
     if before == NONE:
-        return _adopt(data, policy, adopt, kubelet)
-    return _static_to_static(data, state, cast(StaticPolicy, policy), admission, kubelet)
+        return _adopt(data, policy, adopt, judge, kubelet)
+    return _static_to_static(data, state, _Rules(cast(StaticPolicy, policy), admission, judge), kubelet)
 
 
-def _to_none(data: bytes, state: CPUState, policy: Policy, kubelet: KubeletVersion) -> Rewrite:
+def _to_none(data: bytes, state: CPUState, policy: Policy, judge: Judge, kubelet: KubeletVersion) -> Rewrite:
     if state.policy_name == NONE:
         return Rewrite(data, [], [], "", NONE)
     everything = str(policy.topology.all_cpus)
     moves = [Move(pod, name, str(cpus), everything, "the none policy pins nothing: back on every CPU")
              for pod, name, cpus in state.assignments()]
-    return Rewrite(write(CPUState(NONE), kubelet), moves, [], "", STATIC)
+    return _checked(CPUState(NONE), moves, STATIC, judge, kubelet)
 
 
-def _adopt(data: Optional[bytes], policy: Policy, adopt: Optional[Adopter], kubelet: KubeletVersion) -> Rewrite:
+def _adopt(data: Optional[bytes], policy: Policy, adopt: Optional[Adopter], judge: Judge,
+           kubelet: KubeletVersion) -> Rewrite:
     before = NONE if data is not None else None
     if adopt is None:
         return Rewrite(None, [], [], "none -> static adopts the running Guaranteed containers, and no runtime was "
@@ -130,22 +144,69 @@ def _adopt(data: Optional[bytes], policy: Policy, adopt: Optional[Adopter], kube
                        "configuration: nothing is rewritten" % len(unfit), before)
     moves = [Move(action.pod_uid, action.container, shared, action.cpus, "adopted: " + action.reason)
              for action in plan.actions if action.action == "allocate"]
-    return _checked(fresh, policy, moves, before, kubelet)
+    return _checked(fresh, moves, before, judge, kubelet)
 
 
-def _static_to_static(data: bytes, state: CPUState, policy: StaticPolicy, admission: Optional[Admission],
-                      kubelet: KubeletVersion) -> Rewrite:
-    # what the restarted kubelet's Topology Manager would reject when it admits the running pods again
-    rejected = {(r["pod"], r["container"]): r["reason"] for r in (
-        admission.readmission(policy, state) if admission is not None else [])}
-    by_pod = admission is not None and admission.scope == "pod"
-    try:
-        policy.start(state.copy())
-        if not rejected:
-            return Rewrite(data, [], [], "", STATIC)  # the kubelet accepts it as it is: not a byte changes
-    except StateError:
-        pass
-    everything, reserved = policy.all_cpus(), policy.reserved
+class _Rules(NamedTuple):
+    """The new configuration: its policy, its Topology Manager (which places a moved container) and the judge."""
+
+    policy: StaticPolicy
+    admission: Admission
+    judge: Judge
+
+
+Group = Tuple[CPUSet, Dict[str, CPUSet]]  # containers of a pod whose CPUs overlap: their union, and each one's CPUs
+
+
+class _Unit(NamedTuple):
+    """What moves together: ``moving`` groups of one pod's containers (CPUs, names), and under the Topology Manager's
+    pod scope the pod's ``staying`` groups, which the pod's admission counts where they are (or, when it cannot admit
+    the pod so, move too: ``_place``)."""
+
+    pod: str
+    moving: List[Group]
+    staying: List[Group]
+    reasons: Dict[str, str]
+
+    @property
+    def size(self) -> int:
+        return sum(len(union) for union, _members in self.moving)
+
+
+def _static_to_static(data: bytes, state: CPUState, rules: _Rules, kubelet: KubeletVersion) -> Rewrite:
+    judge = rules.judge
+    refused = judge.readmission(state)  # the pods the restarted kubelet would reject as the file stands
+    if judge.start(state) is None and not refused:
+        return Rewrite(data, [], [], "", STATIC)  # the kubelet accepts it as it is: not a byte changes
+    forced: Set[str] = set()  # pods the judge rejected where a first placement put them: all their containers move
+    while True:
+        placed = _placement(state, rules, refused, forced)
+        if isinstance(placed, Rewrite):
+            return placed
+        kept, moves = placed
+        written = write(kept, kubelet)
+        refusal = judge.file(written, kubelet)
+        if refusal is None:
+            return Rewrite(written, sorted(moves), [], "", STATIC)
+        if refusal.pod not in state.entries or refusal.pod in forced or refusal.pod in state.pod_entries:
+            return Rewrite(None, [], [], _drain(refusal), STATIC)
+        forced.add(refusal.pod)
+
+
+def _drain(refusal: Refusal) -> str:
+    return ("the restarted kubelet would refuse the rewritten checkpoint (%s): nothing is rewritten, and the change "
+            "needs a drain" % str(refusal))
+
+
+def _placement(state: CPUState, rules: _Rules, refused: List[Refusal],
+               forced: Set[str]) -> Union[Rewrite, Tuple[CPUState, List[Move]]]:
+    """The state with every container that cannot stay moved (``_Unit``), and the moves; or the Rewrite that says
+    which containers would not keep their CPU count."""
+    everything, reserved = rules.policy.all_cpus(), rules.policy.reserved
+    by_pod = rules.judge.manager is not None and rules.judge.scope == "pod"
+    rejected: Dict[Tuple[str, str], str] = {}
+    for refusal in refused:
+        rejected.setdefault((refusal.pod, refusal.container), refusal.said)
 
     def why(pod: str, name: str, cpus: CPUSet) -> Optional[str]:
         """Why the container cannot keep its CPUs (None: it can)."""
@@ -153,75 +214,113 @@ def _static_to_static(data: bytes, state: CPUState, policy: StaticPolicy, admiss
             return "holds reserved CPU(s) %s" % cpus.intersection(reserved)
         if not cpus.issubset(everything):
             return "holds CPU(s) %s the kubelet no longer manages" % cpus.difference(everything)
-        return next((reason for (uid, names), reason in rejected.items() if uid == pod and (by_pod or names == name)),
-                    None)
+        if pod in forced:
+            return "the restarted kubelet would reject its pod where a first placement put it"
+        return next((reason for (uid, names), reason in sorted(rejected.items())
+                     if uid == pod and (by_pod or names == name)), None)
 
     kept = CPUState(STATIC, pod_entries=state.pod_entries, baselines=state.baselines, pod_level=state.pod_level)
-    moving: List[Tuple[str, Dict[str, CPUSet], CPUSet, Dict[str, str]]] = []
+    units: List[_Unit] = []
     unfit: List[Dict[str, str]] = []
     for pod, containers in sorted(state.entries.items()):
-        for union, names in _overlapping(containers):
-            found = {name: why(pod, name, containers[name]) for name in names}
-            if all(reason is None for reason in found.values()):
-                for name in names:
-                    kept.set(pod, name, containers[name])
-                continue
-            first = next(reason for reason in found.values() if reason is not None)
-            if by_pod and any(uid == pod for uid, _names in rejected):
-                unfit.extend({"pod": pod, "container": name, "reason": first + "; kubecpu does not move a pod's "
-                              "containers together under the pod scope"} for name in names)
-            elif pod in state.pod_entries:  # inside pod-level exclusive CPUs, which kubecpu does not move
-                unfit.extend({"pod": pod, "container": name, "reason": "holds CPUs of its pod's pod-level assignment "
-                              "%s, which kubecpu does not move" % state.pod_entries[pod]} for name in names)
-            else:
-                moving.append((pod, {name: containers[name] for name in names}, union, {
-                    name: found[name] or "shares CPUs with a container of its pod that moves: %s" % first
-                    for name in names}))
+        groups: List[Group] = [(union, {name: containers[name] for name in names})
+                               for union, names in overlapping(containers)]
+        found = {name: why(pod, name, cpus) for _union, members in groups for name, cpus in members.items()}
+        moving = [group for group in groups if any(found[name] is not None for name in group[1])]
+        staying = [group for group in groups if group not in moving]
+        for _union, members in staying:
+            for name, cpus in members.items():
+                kept.set(pod, name, cpus)
+        if not moving:
+            continue
+        first = next(reason for reason in found.values() if reason is not None)
+        if pod in state.pod_entries:  # inside pod-level exclusive CPUs, which kubecpu does not move
+            unfit.extend({"pod": pod, "container": name, "reason": "holds CPUs of its pod's pod-level assignment "
+                          "%s, which kubecpu does not move" % state.pod_entries[pod]}
+                         for _union, members in moving for name in sorted(members))
+            continue
+        reasons = {name: found[name] or "shares CPUs with a container of its pod that moves: %s" % first
+                   for _union, members in moving for name in members}
+        reasons.update({name: "moves with its pod (the Topology Manager's pod scope admits a pod's containers "
+                        "together): %s" % first for _union, members in staying for name in members})
+        if by_pod:
+            units.append(_Unit(pod, moving, staying, reasons))
+        else:
+            units.extend(_Unit(pod, [group], [], reasons) for group in moving)
     kept.default = everything.difference(kept.assigned()).difference(kept.pod_assigned())
     moves: List[Move] = []
-    for pod, members, union, reasons in sorted(moving, key=lambda m: (-len(m[2]), m[0], sorted(m[1]))):
-        size = Fraction(len(union))  # the largest first; containers whose CPUs overlap move as one
-        name = min(members)
-        model = Pod(pod, "", "", (), (Container(name, size, size, Fraction(1), Fraction(1)),), GUARANTEED)
-        try:
-            affinity = admission.admit(policy, kept, model, name, None) if admission is not None else None
-            result = policy.allocate(kept, model, name, affinity)
+    for unit in sorted(units, key=lambda u: (-u.size, u.pod, [sorted(members) for _cpus, members in u.moving])):
+        try:  # the largest first; containers whose CPUs overlap move as one
+            kept, placed = _place(rules, kept, unit)
         except AllocationError as exc:
-            unfit.extend({"pod": pod, "container": member, "reason": "needs %d CPUs: %s" % (len(union), exc)}
-                         for member in sorted(members))
+            unfit.extend({"pod": unit.pod, "container": name, "reason": "needs %d CPUs: %s" % (unit.size, exc)}
+                         for _cpus, members in unit.moving for name in sorted(members))
             continue
-        image = dict(zip(sorted(union), sorted(result.cpus)))  # each CPU's place in the new set, in order
-        for member, cpus in sorted(members.items()):
-            after = CPUSet(image[cpu] for cpu in cpus)
-            kept.set(pod, member, after)
-            moves.append(Move(pod, member, str(cpus), str(after), reasons[member]))
+        moves.extend(placed)
     if unfit:
         return Rewrite(None, [], unfit, "%d pinned container(s) cannot keep their CPU count under the new "
                        "configuration: nothing is rewritten" % len(unfit), STATIC)
-    return _checked(kept, policy, sorted(moves), STATIC, kubelet)
+    return kept, moves
 
 
-def _overlapping(containers: Dict[str, CPUSet]) -> List[Tuple[CPUSet, List[str]]]:
-    """A pod's containers in groups whose CPUs overlap, directly or through another member (an init container's
-    CPUs reused by its app containers): each group's CPUs and names."""
-    groups: List[Tuple[CPUSet, List[str]]] = []
-    for name, cpus in sorted(containers.items()):
-        joined = [group for group in groups if not group[0].isdisjoint(cpus)]
-        groups = [group for group in groups if group[0].isdisjoint(cpus)]
-        groups.append((cpus.union(*(group[0] for group in joined)),
-                       sorted([name] + [member for group in joined for member in group[1]])))
-    return groups
-
-
-def _checked(state: CPUState, policy: Policy, moves: List[Move], before: Optional[str],
-             kubelet: KubeletVersion) -> Rewrite:
-    """The file for ``state``, read back and validated as the kubelet does at start: one it would refuse is not
-    returned (with strict reservation, exclusive CPUs may leave no shared CPU, and the kubelet then refuses to
-    start: "default cpuset cannot be empty")."""
-    data = write(state, kubelet)
+def _place(rules: _Rules, kept: CPUState, unit: _Unit) -> Tuple[CPUState, List[Move]]:
+    """``unit`` moved on a copy of ``kept``: its moving groups beside its staying ones, or, when the pod's admission
+    refuses that, the whole pod. Raises AllocationError (TopologyAffinityError included) when neither fits."""
+    attempt = kept.copy()
     try:
-        policy.start(read(data, policy.name, kubelet).state)
-    except (RestoreFailure, StateError) as exc:
-        return Rewrite(None, [], [], "the kubelet would refuse the rewritten checkpoint (%s): nothing is rewritten"
-                       % exc, before)
-    return Rewrite(data, moves, [], "", before)
+        return attempt, _allocate(rules, attempt, unit.pod, moving=unit.moving, staying=unit.staying,
+                                  reasons=unit.reasons)
+    except AllocationError:
+        if not unit.staying:
+            raise
+    attempt = kept.copy()
+    for _union, members in unit.staying:
+        for name in members:
+            rules.policy.remove_container(attempt, unit.pod, name)
+    return attempt, _allocate(rules, attempt, unit.pod, moving=unit.moving + unit.staying, staying=[],
+                              reasons=unit.reasons)
+
+
+def _allocate(rules: _Rules, state: CPUState, pod: str, *, moving: List[Group], staying: List[Group],
+              reasons: Dict[str, str]) -> List[Move]:
+    """The moving groups allocated on ``state`` as the kubelet admits a pod whose containers hold what ``staying``
+    holds: each group one container of its size, placed by the Topology Manager (CPU hints, and a preferred hint for
+    the NUMA nodes the Memory Manager pinned its memory to) and the static policy; each member's CPUs mapped in
+    order onto the group's new ones, so that shared CPUs stay shared."""
+    policy, admission, judge = rules
+    by_pod = judge.manager is not None and judge.scope == "pod"
+    keepers = [max(members, key=lambda name: (len(members[name]), name)) for _union, members in staying]
+    sizes = [(name, len(members[name])) for name, (_union, members) in zip(keepers, staying)]
+    sizes += [(min(members), len(union)) for union, members in moving]
+    model = Pod(pod, "", "", (), tuple(Container(name, Fraction(size), Fraction(size), Fraction(1), Fraction(1))
+                                       for name, size in sizes), GUARANTEED)
+    ordered = sorted(moving, key=lambda group: (-len(group[0]), sorted(group[1])))
+    everyone = sorted(name for _union, members in moving + staying for name in members)
+    affinity = None
+    if by_pod:  # the pod's admission, once, its staying containers counted where they are
+        affinity = admission.admit(policy, state, model, min(ordered[0][1]), judge.memory_hint(pod, everyone))
+    moves = []
+    for union, members in ordered:
+        name = min(members)
+        if not by_pod:
+            affinity = admission.admit(policy, state, model, name, judge.memory_hint(pod, sorted(members)))
+        result = policy.allocate(state, model, name, affinity)
+        image = dict(zip(sorted(union), sorted(result.cpus)))  # each CPU's place in the new set, in order
+        for member, before in sorted(members.items()):
+            after = CPUSet(image[cpu] for cpu in before)
+            state.set(pod, member, after)
+            if after != before:  # one that lands where it was has not moved
+                moves.append(Move(pod, member, str(before), str(after), reasons[member]))
+    return moves
+
+
+def _checked(state: CPUState, moves: List[Move], before: Optional[str], judge: Judge,
+             kubelet: KubeletVersion) -> Rewrite:
+    """The file for ``state``, read back and judged as the restarted kubelet judges it (``node/judge.py``): one it
+    would refuse is not returned (with strict reservation, exclusive CPUs may leave no shared CPU, and the kubelet
+    then refuses to start: "default cpuset cannot be empty")."""
+    data = write(state, kubelet)
+    refusal = judge.file(data, kubelet)
+    if refusal is not None:
+        return Rewrite(None, [], [], _drain(refusal), before)
+    return Rewrite(data, sorted(moves), [], "", before)

@@ -118,9 +118,11 @@ def test_a_container_the_new_topology_manager_would_reject_at_the_restart_moves_
     assert admission.readmission(static("0,8"), after) == []
     pod_scope = Admission(TOPO, "single-numa-node", "pod", {})
     split = checkpoint_file("0,2-4,6-8,10-12,14-15", {"pod-x": {"a": "1,9", "b": "5,13"}})
-    refused = rewrite_checkpoint(split, static("0,8"), admission=pod_scope)
-    assert refused.data is None and [u["container"] for u in refused.unfit] == ["a", "b"]
-    assert "does not move a pod's containers together" in refused.unfit[0]["reason"]
+    joined = rewrite_checkpoint(split, static("0,8"), admission=pod_scope)  # the pod moves whole, onto one node
+    entries = decode(joined.data, "static").state.entries["pod-x"]
+    assert len({TOPO.loc[c][2] for cpus in entries.values() for c in cpus}) == 1
+    assert {m.container for m in joined.moves} == {"b"} and "Topology locality" in joined.moves[0].reason
+    assert pod_scope.judge(static("0,8")).file(joined.data) is None
 
 
 def test_static_to_none_is_the_none_file_and_every_pinned_container_goes_back_to_all_cpus():
