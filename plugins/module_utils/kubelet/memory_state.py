@@ -11,12 +11,14 @@ records nothing. Only this reader's fields are checked; the file's checksum is t
 from __future__ import annotations
 
 import json
+import os
 from typing import Dict, FrozenSet, Optional, Tuple
 
 from ..errors import StateError
 
 MAX_MEMORY_STATE_BYTES = 16 * 1024 * 1024  # like the CPU manager's checkpoint: ~1 MiB on the largest nodes
 MAX_NUMA_ID = 1023
+MEMORY_STATE = "memory_manager_state"  # its name, in the kubelet's root directory beside ``cpu_manager_state``
 
 MemoryNodes = Dict[Tuple[str, str], FrozenSet[int]]
 
@@ -71,3 +73,8 @@ def read_memory_nodes(path: str) -> MemoryNodes:
     if len(data) > MAX_MEMORY_STATE_BYTES:
         raise StateError("%s: larger than %d bytes" % (path, MAX_MEMORY_STATE_BYTES))
     return memory_nodes(data, path)
+
+
+def beside(checkpoint_path: str) -> str:
+    """The Memory Manager's checkpoint in the directory of the CPU manager's ``checkpoint_path``."""
+    return os.path.join(os.path.dirname(checkpoint_path), MEMORY_STATE)

@@ -131,6 +131,14 @@ class Judge:
         readmitted = self.readmission(state)
         return readmitted[0] if readmitted else None
 
+    def check(self, state: CPUState, path: str) -> None:
+        """StateError naming ``path`` when the restarted kubelet would refuse ``state``: what it refuses is never
+        written."""
+        refused = self.verdict(state)
+        if refused is not None:
+            raise StateError("%s: the restarted kubelet would refuse this checkpoint (%s): it is not written; "
+                             "without a checkpoint it accepts, the change needs a drain" % (path, refused))
+
     def start(self, state: CPUState) -> Optional[Refusal]:
         """validateState on a copy: the kubelet does not start on a state it refuses."""
         try:

@@ -11,11 +11,15 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import ContainerRuntimeError
 from ..kubelet.cpuset import CPUSet
+from ..kubelet.memory_state import beside, read_memory_nodes
 from ..kubelet.pod import Pod
+from ..kubelet.policy import Policy
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology
 from .config import NodeConfig
+from .admission import Admission
 from .factory import build_manager
+from .judge import Judge
 from .manager import NodeManager
 from .plan import Plan
 from .pod_views import PodView, build_views, running_pods
@@ -72,3 +76,13 @@ class Running:
             return running_pods(self._list()[1])
         except ContainerRuntimeError:
             return None
+
+
+def judge_for(config: NodeConfig, policy: Policy, topology: Topology, pods: Optional[List[Pod]] = None) -> Judge:
+    """The judge (``node/judge.py``) of the checkpoint at ``config.state_path`` under ``policy``: the Topology Manager
+    of ``config`` and the Memory Manager's checkpoint beside that file (none there: no memory pinned); ``pods``, the
+    running pods (None: the checkpoint's own)."""
+    options = config.options
+    admission = Admission(topology, options.topology_manager_policy, options.topology_manager_scope,
+                          options.topology_manager_options)
+    return admission.judge(policy, memory=read_memory_nodes(beside(config.state_path)), pods=pods)

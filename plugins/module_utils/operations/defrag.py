@@ -25,12 +25,13 @@ What an allocation honours, a move honours too (``Limits``): with ``isolated_cpu
 isolated CPUs (a unit outside them stays); under the Topology Manager's pod scope with ``single-numa-node`` or
 ``restricted`` the kubelet admits a pod by the NUMA nodes of all its containers together, so a pod whose containers
 hold different CPUs stays where it is (moving one of them alone could split the pod over two NUMA nodes, and the
-kubelet's re-admission at its next start would reject it).
+kubelet's re-admission at its next start would reject it). The checkpoint planned for the kubelet's own file is
+judged before it is returned (``node/judge.py``: the restarted kubelet admitting every running pod again); one it
+would refuse is planned again with every unit on its NUMA nodes, and refused again, never returned.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple, cast
@@ -38,7 +39,7 @@ from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequenc
 from ..errors import ConfigError, PolicyError, StateError
 from ..kubelet.checkpoint_formats import write
 from ..kubelet.cpuset import CPUSet
-from ..kubelet.memory_state import read_memory_nodes
+from ..kubelet.memory_state import beside, read_memory_nodes
 from ..kubelet.options import PolicyOptions
 from ..kubelet.policy import STATIC, StaticPolicy
 from ..kubelet.state import CPUState
@@ -47,6 +48,7 @@ from ..node.config import NodeConfig
 from ..node.factory import build_manager
 from ..node.manager import NodeManager
 from ..node.plan import Action, Plan
+from ..node.pod_views import build_views, running_pods
 from ..node.state_store import fingerprint, opened_read_only
 from .defrag_greedy import greedy_moves, whole_per_numa
 from .defrag_moves import Step, sequence, targets
@@ -55,7 +57,6 @@ from .defrag_search import rooms_and_units, search
 SEARCH_BUDGET = 0.5  # seconds of search per node (exact, then greedy) before the best packing found so far is taken
 PLAN_ATTEMPTS = 3  # searches on a state that changed under them before a defragmentation gives up
 MAX_BUDGET = 600.0  # an operator's longest search: beyond it a defragmentation holds the node's lock too long
-MEMORY_STATE = "memory_manager_state"  # the kubelet Memory Manager's checkpoint, beside the CPU manager's
 
 
 def headroom(topo: Topology, free: CPUSet) -> Dict[str, int]:
@@ -269,16 +270,35 @@ def defrag_config(config: NodeConfig, *, check: bool, max_moves: Optional[int] =
     if max_moves is not None and (isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0):
         raise ConfigError("max_moves must be a whole number, 0 or more, got %r" % (max_moves,))
     read_only = opened_read_only(config.state_path, config.read_only)
-    memory = read_memory_nodes(os.path.join(os.path.dirname(config.kubelet_state_path), MEMORY_STATE))
+    memory = read_memory_nodes(beside(config.kubelet_state_path))
     with build_manager(config, with_runtime=True, topology=topology, checks=not read_only) as manager:
         plan = defrag_node(manager, apply=not (check or read_only), max_moves=max_moves, budget=budget,
                            limits=Limits.of(manager, keep_numa=keep_numa, memory=memory))
         planned_from = fingerprint(manager.store.last_read)  # the bytes the moves were taken on, under the lock
+        if read_only and plan.actions:
+            plan, planned_from = _judged(manager, plan, planned_from, memory, max_moves=max_moves, budget=budget,
+                                         keep_numa=keep_numa)
     if not (read_only and plan.actions):
         return plan, None
     if plan.result is not None:  # the write of rewritten_state refuses once the kubelet has changed the file
         plan.result["planned_from"] = planned_from
     return plan, write(plan.after, config.kubelet).decode("utf-8")
+
+
+def _judged(manager: NodeManager, plan: Plan, planned_from: str, memory: Mapping[Tuple[str, str],
+            FrozenSet[int]], *, max_moves: Optional[int], budget: float, keep_numa: bool) -> Tuple[Plan, str]:
+    """The planned moves of the kubelet's checkpoint as the restarted kubelet judges them (``node/judge.py``): when it
+    would reject a pod, planned again with every unit kept on its NUMA nodes (``keep_numa``); refused again (or
+    already so planned), a StateError: that checkpoint is never written."""
+    listed = Plan(plan.before)
+    judge = manager.topology_admission.judge(manager.policy, memory=memory,
+                                             pods=running_pods(build_views(manager.observe(listed))))
+    if judge.verdict(plan.after) is not None and not keep_numa:
+        plan = defrag_node(manager, apply=False, max_moves=max_moves, budget=budget,
+                           limits=Limits.of(manager, keep_numa=True, memory=memory))
+        planned_from = fingerprint(manager.store.last_read)
+    judge.check(plan.after, manager.store.path)
+    return plan, planned_from
 
 
 def defrag_node(manager: NodeManager, apply: bool = True, max_moves: Optional[int] = None, *,
