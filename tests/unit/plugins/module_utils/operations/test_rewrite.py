@@ -17,6 +17,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.admission import Admission
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.manager import NodeManager
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.plan import Plan
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.pod_views import build_views, running_pods
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.what_if import adopt
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.rewrite import rewrite_checkpoint
@@ -29,6 +31,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 TOPO = generated(2, 4, 2)  # 16 CPUs: core g is CPUs g and g + 8; socket 0 holds cores 0-3
+TEXT = "Resources cannot be allocated with Topology locality"
 
 
 def static(reserved, **options):
@@ -233,3 +236,77 @@ def test_every_rewrite_is_accepted_by_the_new_kubelet_and_keeps_every_count(case
             assert owners.setdefault(cpu, pod) == pod  # no CPU is given to two pods
     if not result.moves:  # only the pool changed (a strictness toggle), or nothing at all
         assert json.loads(result.data).get("entries") == json.loads(data).get("entries")
+
+
+# --- issue 63: the three cases the review reproduced, each asserting the safe outcome --------------------------------
+
+def _numa(cpus):
+    return {TOPO.loc[c][2] for c in CPUSet.parse(cpus) if c in TOPO.loc}
+
+
+def test_pod_scope_single_numa_node_a_pod_is_never_split_across_numa_nodes_by_the_rewrite():
+    """Case 1. single-numa-node, scope pod: pod-a holds 1,9 and 2,10 on NUMA 0, pod-f fills the rest of NUMA 0 and the
+    reservation grows into pod-a's 1,9. Moving only that container (to NUMA 1, the only room) splits pod-a, and the
+    restarted kubelet rejects it: "Resources cannot be allocated with Topology locality". The rewrite moves the
+    whole pod onto NUMA 1; pod-f stays."""
+    data = checkpoint_file("0,4-8,12-15", {"pod-a": {"a": "1,9", "b": "2,10"}, "pod-f": {"f": "3,11"}})
+    policy = static("0-1,8-9")
+    admission = Admission(TOPO, "single-numa-node", "pod", {})
+    result = rewrite_checkpoint(data, policy, admission=admission)
+    after = read(result.data)["entries"]
+    assert _numa(after["pod-a"]["a"]) == _numa(after["pod-a"]["b"]) == {1} and after["pod-f"] == {"f": "3,11"}
+    assert {m.container for m in result.moves} == {"a", "b"}
+    assert "moves with its pod" in {m.container: m.reason for m in result.moves}["b"]
+    assert admission.judge(policy).file(result.data) is None
+    split = checkpoint_file("0-1,5-9,13-15", {"pod-a": {"a": "4,12", "b": "2,10"}, "pod-f": {"f": "3,11"}})
+    refused = admission.judge(policy).file(split)  # what moving one container alone would have written
+    assert (refused.pod, refused.container, refused.reason) == ("pod-a", "a, b", TEXT)
+
+
+def test_a_container_is_never_moved_away_from_its_pinned_memory():
+    """Case 2. The Memory Manager (policy Static) pinned pod-m's memory to a NUMA node and the reservation grows into
+    pod-m's CPUs. Under single-numa-node the restarted kubelet merges the memory hint with the CPU hint from the CPUs
+    pod-m holds: on the other NUMA node they disagree and the pod is rejected. The rewrite places pod-m beside its
+    memory (NUMA 1 although NUMA 0 has room and is the one the CPU hints alone prefer); when its memory's node has no
+    room, it rewrites nothing and says why: the change needs a drain."""
+    policy, admission = static("0,4,8,12"), Admission(TOPO, "single-numa-node", "container", {})
+    roomy = checkpoint_file("0,2-3,5-8,10-11,13-15", {"pod-m": {"app": "4,12"}, "pod-x": {"x": "1,9"}})
+    memory = {("pod-m", "app"): frozenset({1})}
+    placed = rewrite_checkpoint(roomy, policy, admission=admission, memory=memory)
+    (move,) = placed.moves
+    assert move.pod_uid == "pod-m" and _numa(move.cpus_after) == {1}
+    assert admission.judge(policy, memory=memory).file(placed.data) is None
+    away = checkpoint_file("0-1,3-4,8-9,11-12", {"pod-m": {"app": "2,10"}, "pod-x": {"x": "5-7,13-15"}})
+    assert admission.judge(policy, memory=memory).file(away).reason == TEXT  # CPUs on NUMA 0, memory on 1
+
+    full = checkpoint_file("0,4-8,12-15", {"pod-m": {"app": "1,9"}, "pod-f": {"f": "2-3,10-11"}})
+    pinned = {("pod-m", "app"): frozenset({0})}
+    refused = rewrite_checkpoint(full, static("0-1,8-9"), admission=admission, memory=pinned)
+    assert refused.data is None and [u["container"] for u in refused.unfit] == ["app"]
+    assert TEXT in refused.unfit[0]["reason"] and "nothing is rewritten" in refused.reason
+    moved = checkpoint_file("0-1,5-9,13-15", {"pod-m": {"app": "4,12"}, "pod-f": {"f": "2-3,10-11"}})
+    judged = admission.judge(static("0-1,8-9"), memory=pinned).file(moved)  # what moving it to NUMA 1 would write
+    assert "its memory pinned to NUMA node(s) [0]" in str(judged)
+
+
+def test_adoption_keeps_a_finished_init_container_whose_cpus_its_app_container_reused(tmp_path):
+    """Case 3. none -> static: pod-1's init container (2 CPUs) finished, its app container (2 CPUs) runs, pod-2 takes
+    the rest. The adopted file holds the init container's entry, the app container's CPUs inside it: the restarted
+    kubelet finds both and admits the pod. Without the init entry it would allocate the init container's CPUs
+    afresh from no free CPUs and reject pod-1."""
+    manager, runtime = _node(tmp_path, "0,4")
+    init = runtime.add("pod-1", "init", "Guaranteed", 2000)
+    runtime.exit(init)
+    runtime.add("pod-1", "app", "Guaranteed", 2000)
+    runtime.add("pod-2", "big", "Guaranteed", 4000)
+    pods = running_pods(build_views(manager.observe(Plan(CPUState("static")))))
+    assert [c.name for c in pods[0].init_containers] == ["init"]
+    result = rewrite_checkpoint(empty_file("none"), manager.policy, adopt=functools.partial(adopt, manager), pods=pods)
+    entries = read(result.data)["entries"]
+    assert entries["pod-1"] == {"init": "1,5", "app": "1,5"} and entries["pod-2"] == {"big": "2-3,6-7"}
+    judge = Admission(manager.topology).judge(manager.policy, pods=pods)
+    assert judge.file(result.data) is None
+    dropped = checkpoint_file("0,4", {"pod-1": {"app": "1,5"}, "pod-2": {"big": "2-3,6-7"}})
+    refused = judge.file(dropped)  # the file adoption wrote before: no init entry
+    assert (refused.pod, refused.container) == ("pod-1", "init")
+    assert refused.reason.startswith("Allocate failed due to not enough cpus available to satisfy request")
