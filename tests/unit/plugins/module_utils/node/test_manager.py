@@ -8,10 +8,12 @@ single CPU of it, CPU 0.
 from __future__ import annotations
 
 import os
+from fractions import Fraction
 
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import KubecpuError, RuntimeUnavailableError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.pod import Container, Pod
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology import Topology
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import ManagerOptions
@@ -20,6 +22,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_sto
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroups import CgroupFS
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.container_cache import ContainerCache
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_runtime import FakeRuntime
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.lock_probe import LockProbe, ProbedRuntime
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated_cpus
 
 
@@ -271,3 +274,62 @@ def test_topology_manager_settings_are_checked(tmp_path):
                                               topology_manager_options={"bogus": "1"}))
     with pytest.raises(KubecpuError, match="topology_manager_scope must be one of container, pod"):
         node(tmp_path, options=ManagerOptions(topology_manager_scope="node"))
+
+
+# --- issue 62, finding 2: no lock across a runtime call ------------------------------------------------------------
+def probed_node(tmp_path):
+    manager, _rt = node(tmp_path)
+    probe = LockProbe(manager.store.path)
+    manager.runtime = runtime = ProbedRuntime(probe, str(tmp_path / "cgroup"), "0-7", "0-1")
+    return manager, runtime, probe
+
+
+def test_no_runtime_call_is_made_while_the_state_lock_is_held(tmp_path):
+    """The review's case: a pass that updates every shared container (a Guaranteed pod created, then deleted) lists,
+    inspects and updates with the lock free, so a creation waiting for the lock waits on computation only."""
+    manager, rt, probe = probed_node(tmp_path)
+    for n in range(6):
+        rt.add("pod-s%d" % n, "app", "Burstable", 250)
+    rt.add("pod-g", "app", "Guaranteed", 2000)
+    manager.reconcile()
+    rt.remove_pod("pod-g")
+    manager.reconcile()
+    assert probe.calls >= 1 + 7 + 6 and probe.held_at == []
+
+
+class SavedMeanwhile(ProbedRuntime):
+    """At its first update, another writer (the OCI hook, say) allocates under the lock and saves the state."""
+
+    def __init__(self, other, *args):
+        super().__init__(*args)
+        self.other = other
+        self.fired = False
+
+    def update(self, container_id, **fields):
+        if not self.fired:
+            self.fired = True
+            self.other()
+        return super().update(container_id, **fields)
+
+
+def test_a_state_saved_while_the_pass_pushes_is_planned_again(tmp_path):
+    """A pass gives the CPUs of a deleted pod back to the shared containers, outside the lock. Meanwhile another writer
+    allocates two of them (saved under the lock). The pass sees the state file change before its next update, drops
+    the updates left and plans again from the saved state: no shared container ends on the new exclusive CPUs."""
+    manager, rt = node(tmp_path)
+    shared = [rt.add("pod-s%d" % n, "app", "Burstable", 250) for n in range(4)]
+    rt.add("pod-g", "app", "Guaranteed", 2000)
+    manager.reconcile()
+    other, _unused = node(tmp_path)
+    model = Pod(uid="pod-h", name="h", namespace="default", init_containers=(),
+                containers=(Container("app", Fraction(2), Fraction(2)),), qos="Guaranteed")
+    runtime = SavedMeanwhile(lambda: other.allocate_pod(model, "app"), LockProbe(manager.store.path),
+                             str(tmp_path / "cgroup"), "0-7", "0-1")
+    runtime.listed, runtime.infos = rt.listed, rt.infos
+    manager.runtime = runtime
+    runtime.remove_pod("pod-g")
+    plan = manager.reconcile()
+    taken = manager.store.load().get("pod-h", "app")
+    assert taken is not None and plan.counts.get("replans", 0) >= 1 and runtime.probe.held_at == []
+    for cid in shared:
+        assert not CPUSet.parse(runtime.read(cid)).intersection(taken), (runtime.read(cid), taken)

@@ -229,3 +229,43 @@ def test_qos_falls_back_to_the_pod_sandbox_when_the_status_has_no_spec():
     assert main.sandbox_id == sandbox["command"][-1]
     info = CrictlRuntime(runner=runner).describe(main)
     assert info.qos == "Guaranteed" and info.requested_milli() == 2000
+
+
+def crictl_update(gone=(), down=False):
+    """A runner that answers ``crictl update`` with many IDs as crictl 1.37 does (cmd/crictl/container.go): each ID
+    in turn, stopping at the first it cannot update with ``updating container resources for "ID": <error>``."""
+    calls = []
+
+    def runner(argv, timeout):
+        ids = [arg for arg in argv if len(arg) == 64]
+        calls.append(ids)
+        if down:
+            return 1, "", 'level=fatal msg="validate service connection: connection refused"\n'
+        for cid in ids:
+            if cid in gone:
+                text = 'updating container resources for \\"%s\\": rpc error: code = NotFound desc = not found' % cid
+                return 1, "", 'time="x" level=fatal msg="%s"\n' % text
+        return 0, "", ""
+    return runner, calls
+
+
+@pytest.mark.parametrize("count, gone, processes", [
+    (1, (), 1), (32, (), 1), (33, (), 2), (70, (), 3),  # 32 IDs a process at most
+    (5, (2,), 2),  # the one named is skipped, the ones after it go in the next process
+    (5, (0, 4), 2),  # 0 fails the first; 1-3 go in the second, which stops at 4 (the last)
+])
+def test_update_many_sends_one_process_per_32_and_names_each_containers_outcome(count, gone, processes):
+    ids = ["%064x" % n for n in range(count)]
+    runner, calls = crictl_update(gone={ids[n] for n in gone})
+    outcome = CrictlRuntime(runner=runner).update_many(ids, CPUSet.parse("0,2-3"))
+    assert [cid for cid, _error in outcome] == ids and len(calls) == processes
+    failed = {cid: error for cid, error in outcome if error is not None}
+    assert set(failed) == {ids[n] for n in gone}
+    assert all(isinstance(error, ContainerNotFoundError) for error in failed.values())
+
+
+def test_update_many_against_a_runtime_that_is_down_fails_each_at_once():
+    runner, calls = crictl_update(down=True)
+    ids = ["%064x" % n for n in range(4)]
+    outcome = CrictlRuntime(runner=runner).update_many(ids, CPUSet.parse("1"))
+    assert len(calls) == 1 and all(isinstance(error, RuntimeUnavailableError) for _cid, error in outcome)
