@@ -9,6 +9,8 @@ compare it with the kubelet's own test expectations.
 
 from __future__ import annotations
 
+from typing import Any, Dict
+
 
 class KubecpuError(Exception):
     """Base class of every error the core raises on purpose. ``bin/kubecpu`` exits 1 on it (a refusal) unless it
@@ -131,6 +133,19 @@ class StaleCheckpointError(StoreError):
         super().__init__("%s changed since the plan was made (planned from %s, now %s): nothing was written; plan "
                          "again from the file as it is (with the kubelet stopped, it stays as it is)"
                          % (path, planned_from[:19], now[:19]))
+
+
+class ChangedThenFailed(KubecpuError):
+    """An error raised after a file was changed: ``cause`` is the error, ``done`` what was changed before it (the
+    result a module returns with its failure, so that a rollback knows what to put back: the checkpoint's ``kept``).
+    Its text is the cause's, then where the previous file is; ``kind`` is the cause's type name."""
+
+    def __init__(self, cause: Exception, done: Dict[str, Any], what: str) -> None:
+        self.cause = cause
+        self.done = done
+        self.kind = type(cause).__name__
+        text = str(cause) if isinstance(cause, KubecpuError) else "unexpected %s: %s" % (self.kind, cause)
+        super().__init__("%s (%s)" % (text, what))
 
 
 class HealthError(KubecpuError):

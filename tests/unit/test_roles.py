@@ -8,6 +8,8 @@ import os
 import pytest
 import yaml
 
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.role_tasks import Runner, Systemd, TaskFailed, trusted
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REQUIRED = {
     "kubelet_cpu_manager": [
@@ -62,3 +64,85 @@ def test_the_agent_package_is_built_in_a_directory_of_the_runs_own():
     assert any("__cpu_manager_agent_archive" in str(t) for t in block["block"])
     (cleanup,) = block["always"]
     assert cleanup["ansible.builtin.file"] == {"path": "{{ __cpu_manager_agent_package_dir.path }}", "state": "absent"}
+
+
+def rescue_of(tasks_file):
+    (change,) = [task for task in load("kubelet_cpu_manager", "tasks", tasks_file) if "rescue" in task]
+    return change["rescue"]
+
+
+def systemd_state(task):
+    return (task.get("ansible.builtin.systemd_service") or {}).get("state")
+
+
+def writes_a_kubelet_file(task):
+    """The task writes the checkpoint or the kubelet configuration (a copy onto either, or the checkpoint module)."""
+    copy = task.get("ansible.builtin.copy") or {}
+    return copy.get("dest") in ("{{ kubelet_cpu_manager_state_path }}", "{{ kubelet_cpu_manager_config_path }}") or \
+        "kubecpu.cpu_manager.cpu_manager_checkpoint" in task
+
+
+@pytest.mark.parametrize("tasks_file", ["rewrite.yml", "migrate.yml"])
+def test_the_rescue_stops_the_kubelet_before_it_puts_anything_back(tasks_file):
+    """(Issue 63, suspected: a kubelet still running during the rollback admits pods whose entries the restore
+    drops.) The block may have started the kubelet (a health gate failed after the start): the rescue's first task
+    stops it, every task that writes the checkpoint or the configuration comes after that and runs only when the stop
+    worked, and the kubelet is started only after the last of them."""
+    rescue = rescue_of(tasks_file)
+    assert systemd_state(rescue[0]) == "stopped" and rescue[0]["register"] == "__kubelet_cpu_manager_stopped"
+    writers = [index for index, task in enumerate(rescue) if writes_a_kubelet_file(task)]
+    starts = [index for index, task in enumerate(rescue) if systemd_state(task) in ("started", "restarted")]
+    assert writers and starts == [max(starts)] and max(writers) < starts[0]
+    facts = {name: value for task in rescue for name, value in (task.get("ansible.builtin.set_fact") or {}).items()}
+    for index in [*writers, *starts]:
+        when = rescue[index].get("when")
+        condition = " and ".join(when) if isinstance(when, list) else str(when)
+        assert "__kubelet_cpu_manager_stopped is not failed" in condition or (
+            "__kubelet_cpu_manager_moved_live" in condition
+            and "__kubelet_cpu_manager_stopped is not failed" in facts["__kubelet_cpu_manager_moved_live"]), rescue[index]
+
+
+@pytest.mark.parametrize("tasks_file", sorted(os.listdir(os.path.join(ROOT, "roles", "kubelet_cpu_manager", "tasks"))))
+def test_a_result_whose_failure_is_read_is_not_hidden_by_failed_when_false(tasks_file):
+    """``failed_when: false`` sets the result's ``failed`` to false (ansible-core does), so a message that reads
+    ``<result>.failed`` or ``<result> is failed`` would never see the failure: such a task ignores its errors
+    instead (``ignore_errors: true``, registered)."""
+    tasks = load("kubelet_cpu_manager", "tasks", tasks_file) or []
+    flat = [task for block in tasks for task in [block, *block.get("block", []), *block.get("rescue", [])]]
+    text = yaml.safe_dump(tasks, width=10000)
+    for task in flat:
+        if task.get("failed_when") is False and task.get("register"):
+            name = task["register"]
+            assert "%s.failed" % name not in text and "%s is failed" % name not in text, task["name"]
+            assert "%s is not failed" % name not in text, task["name"]
+
+
+def test_the_drain_paths_rescue_puts_the_checkpoint_back_under_a_stopped_kubelet(tmp_path):
+    """The drain path started the kubelet on an empty checkpoint and its health gate failed: it may have admitted a
+    DaemonSet's pod meanwhile. The rescue (run as ansible-playbook would, support.role_tasks) stops the kubelet,
+    puts the backup and the configuration back while it is stopped, starts it on them and uncordons."""
+    state, config, backup = tmp_path / "cpu_manager_state", tmp_path / "config.yaml", tmp_path / "state.bak"
+    backup.write_bytes(b'{"policyName":"none","defaultCpuSet":"","checksum":1353318690}')
+    state.write_bytes(b'{"policyName":"static","defaultCpuSet":"0-3","checksum":0}')  # the fresh kubelet's
+    config.write_bytes(b"cpuManagerPolicy: static\n")
+    (tmp_path / "config.yaml.old").write_bytes(b"cpuManagerPolicy: none\n")
+    systemd = Systemd(str(state), str(config), running=True)
+    runner = Runner({"kubelet_cpu_manager_service": "kubelet", "kubelet_cpu_manager_state_path": str(state),
+                     "kubelet_cpu_manager_config_path": str(config), "kubelet_cpu_manager_backup": str(backup),
+                     "kubelet_cpu_manager_command_host": "localhost",
+                     "kubelet_cpu_manager_uncordon_command": ["kubectl", "uncordon", "node-1"],
+                     "__kubelet_cpu_manager_backed_up": {"changed": True, "dest": str(backup)},
+                     "__kubelet_cpu_manager_drained": {"changed": True, "rc": 0},
+                     "__kubelet_cpu_manager_written": {"changed": True, "backup_file": str(tmp_path / "config.yaml.old")},
+                     "ansible_failed_result": {"failed": True, "msg": "the kubelet did not stay healthy"}}, systemd)
+    with pytest.raises(TaskFailed) as failed:
+        runner.run(trusted(rescue_of("migrate.yml")))
+    assert [call["state"] for call in systemd.calls] == ["stopped", "started"]
+    assert runner.writes and not [write for write in runner.writes if write["kubelet_running"]]
+    assert systemd.calls[-1]["checkpoint"] == backup.read_bytes()
+    assert systemd.calls[-1]["config"] == b"cpuManagerPolicy: none\n"
+    assert runner.commands == [["kubectl", "uncordon", "node-1"]]
+    assert failed.value.result["msg"] == (
+        "the kubelet did not stay healthy -- rolled back: the checkpoint was put back from %s, the previous "
+        "configuration was put back from %s, the kubelet was started again, and the node was uncordoned"
+        % (backup, tmp_path / "config.yaml.old"))

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterable, List
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ..errors import ConfigError, KubecpuError
+from ..errors import ChangedThenFailed, ConfigError, KubecpuError
 from ..paths import is_absolute_path
 
 TOPOLOGY_ARGS: Dict[str, Dict[str, Any]] = {  # doc fragment kubecpu.cpu_manager.cpu_manager.topology
@@ -43,9 +43,14 @@ def absolute_paths(module: AnsibleModule, names: Iterable[str]) -> None:
 
 
 def run_module(module: AnsibleModule, body: Callable[[AnsibleModule], Dict[str, Any]]) -> None:
-    """Run ``body``; domain errors become fail_json with their message, anything else too (no traceback)."""
+    """Run ``body``; domain errors become fail_json with their message, anything else too (no traceback). An error
+    after a change (ChangedThenFailed) fails with what was changed (its result: a rollback reads it) and its cause's
+    type."""
     try:
         module.exit_json(**body(module))
+    except ChangedThenFailed as exc:
+        unexpected = {} if isinstance(exc.cause, KubecpuError) else {"exception": traceback.format_exc()}
+        module.fail_json(**dict(exc.done, msg=str(exc), error_type=exc.kind, **unexpected))
     except KubecpuError as exc:
         module.fail_json(msg=str(exc), error_type=type(exc).__name__)
     except Exception as exc:  # pylint: disable=broad-except  # a module never dies with a traceback

@@ -11,9 +11,11 @@ done at once) through the runtime.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+import contextlib
+from typing import Any, Dict, Iterator, List, Optional
 
-from ..errors import CheckpointError, ConfigError, RestoreFailure, RuntimeUnavailableError, StateError, StoreError
+from ..errors import (ChangedThenFailed, CheckpointError, ConfigError, RestoreFailure, RuntimeUnavailableError,
+                      StateError, StoreError)
 from ..kubelet.checkpoint_formats import read, write
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology
@@ -65,7 +67,11 @@ class CheckpointFile:
             planned_from: Optional[str] = None) -> Dict[str, Any]:
         """``action`` (``ACTIONS``); ``apply`` False: what would be written and pushed, nothing changed.
         ``planned_from``: the fingerprint (``state_store.fingerprint``) of the file ``content`` was planned from;
-        the write refuses (StaleCheckpointError) when the file is no longer that one."""
+        the write refuses (StaleCheckpointError) when the file is no longer that one.
+
+        Once the file on disk has changed, any error until the end (the push's, the store's, an unexpected one) is
+        raised as ChangedThenFailed carrying the result so far (``kept``, ``written``, ``pushed``): the caller can
+        put the previous file back."""
         if action not in ACTIONS:
             raise ConfigError("action must be one of %s, got %r" % (", ".join(ACTIONS), action))
         if action == "validate":
@@ -74,49 +80,93 @@ class CheckpointFile:
             raise StoreError("%s is read-only: the kubelet's own checkpoint is changed only with the kubelet stopped "
                              "(say so: kubelet_stopped, --kubelet-stopped)" % self.store.path)
         errors: List[Dict[str, Any]] = []
+        given = None
         if action == "write":
             if content is None:
                 raise ConfigError("action write needs the checkpoint's content")
-            state: Optional[CPUState] = self.validated(content.encode("utf-8"))
+            given = content.encode("utf-8")
+            state: Optional[CPUState] = self.validated(given)
         elif action == "rebuild":
             with build_manager(self.config, with_runtime=True, topology=self.topology, checks=False) as manager:
                 rebuilt = rebuild_node(manager)
             state, errors = rebuilt.after, rebuilt.errors
         else:
             state = None  # reset: the file moves aside and the kubelet starts from a fresh one
-        result = self._replace(action, state, apply, planned_from)
-        result["errors"] = errors
-        if push and state is not None:
-            result["pushed"] = self._push(state, apply)
+        change = Change(self.store.path, errors)
+        with change.carried() as result:
+            self._replace(action, state, change, apply=apply, planned_from=planned_from, given=given)
+            if push and state is not None:
+                self._push(state, apply, result)
         return result
 
-    def _replace(self, action: str, state: Optional[CPUState], apply: bool,
-                 planned_from: Optional[str] = None) -> Dict[str, Any]:
+    def _replace(self, action: str, state: Optional[CPUState], change: Change, *, apply: bool,
+                 planned_from: Optional[str], given: Optional[bytes]) -> None:
+        """Write ``state`` (None: move the file aside), recording in ``change`` what was done as it is done."""
         data = None if state is None else write(state, self.store.kubelet)
         if data is not None:
             self.validated(data)  # what the kubelet would refuse is never written (a rebuild included)
         current = self.store.expect(planned_from)  # a check says so too
+        if given is not None and current == given:
+            data = current  # already the file given, byte for byte: kept as it is, not re-encoded (a V2 file stays V2)
         changed = current != data if data is not None else current is not None
-        kept = None
+        change.result.update(changed=changed, written=None if data is None else data.decode("utf-8"),
+                             state=None if state is None else state.to_dict())
         if apply and changed:
             with self.store.locked():
                 self.store.expect(planned_from)  # again under the lock, right before the write
-                kept = self.store.reset(action, keep=state is not None)
+                change.kept(self.store.reset(action, keep=state is not None))
                 if state is not None:
                     self.store.save(state)
-        return {"changed": changed, "written": None if data is None else data.decode("utf-8"), "kept": kept,
-                "state": None if state is None else state.to_dict()}
+                    change.wrote()
 
-    def _push(self, state: CPUState, apply: bool) -> Dict[str, Any]:
-        """The updates; a runtime that cannot be reached is reported (``unreachable``), not an error: the file is
-        written, and the kubelet's reconcile applies it within its period."""
+    def _push(self, state: CPUState, apply: bool, result: Dict[str, Any]) -> None:
+        """The updates, in ``result["pushed"]``; ``incomplete`` until the push ends (an error leaves it so: any
+        container may be on its old or its new CPUs). A runtime that cannot be reached is reported (``unreachable``),
+        not an error: the file is written, and the kubelet's reconcile applies it within its period."""
+        pushed: Dict[str, Any] = {"actions": [], "errors": [], "skipped": [], "unreachable": False,
+                                  "incomplete": True}
+        result["pushed"] = pushed
         if not state.default:  # the none policy's file (or a fresh one): every container on every CPU
             state = CPUState(state.policy_name, self.topology.all_cpus)
         try:
             with build_manager(self.config, with_runtime=True, topology=self.topology, checks=False) as manager:
                 plan: Plan = manager.push(state, apply=apply)
         except RuntimeUnavailableError as exc:
-            return {"actions": [], "errors": [{"error": str(exc), "kind": "runtime"}], "skipped": [],
-                    "unreachable": True}
+            pushed.update(errors=[{"error": str(exc), "kind": "runtime"}], unreachable=True)
+            return
+        except Exception as exc:
+            pushed["errors"].append({"error": str(exc), "kind": "push"})
+            raise
         doc = plan.to_dict()
-        return {"actions": doc["actions"], "errors": doc["errors"], "skipped": doc["skipped"], "unreachable": False}
+        pushed.update(actions=doc["actions"], errors=doc["errors"], skipped=doc["skipped"], incomplete=False)
+
+
+class Change:
+    """A run's result as it builds up. Once the file on disk has changed (moved aside, or written where there was
+    none), an error until the run ends carries the result (ChangedThenFailed): ``kept`` says where the previous file
+    is, for the rollback."""
+
+    def __init__(self, path: str, errors: List[Dict[str, Any]]) -> None:
+        self.path = path
+        self.result: Dict[str, Any] = {"changed": False, "written": None, "kept": None, "state": None,
+                                       "errors": errors}
+        self.touched = False
+
+    def kept(self, aside: Optional[str]) -> None:
+        """The previous file is at ``aside`` (None: there was none)."""
+        self.result["kept"] = aside
+        self.touched = self.touched or aside is not None
+
+    def wrote(self) -> None:
+        self.touched = True
+
+    @contextlib.contextmanager
+    def carried(self) -> Iterator[Dict[str, Any]]:
+        try:
+            yield self.result
+        except Exception as exc:  # whatever it is: after the change the caller needs the result to undo it
+            if not self.touched:
+                raise
+            kept = self.result["kept"]
+            raise ChangedThenFailed(exc, self.result, "after the change of %s: %s" % (
+                self.path, "the previous file is kept as %s" % kept if kept else "there was no file before")) from exc

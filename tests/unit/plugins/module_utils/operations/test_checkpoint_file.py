@@ -8,9 +8,14 @@ import json
 import os
 
 import pytest
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (CheckpointError, ConfigError,
-                                                                                 StaleCheckpointError, StateError,
-                                                                                 StoreError)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (ChangedThenFailed, CheckpointError,
+                                                                                 ConfigError, StaleCheckpointError,
+                                                                                 StateError, StoreError)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint_formats import write
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.kubelet_versions import POD_LEVEL, KubeletVersion
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import factory
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import NodeConfig
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import fingerprint
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.checkpoint_file import CheckpointFile
@@ -131,3 +136,57 @@ def pinned(node, cid, cpus, shared):
     for key, other in node.items():
         if key.count("/") == 2 and not other.startswith("/"):
             set_cgroup_cpus(node, other, cpus if other == cid else shared)
+
+
+@pytest.mark.parametrize(("kubelet", "gates", "writer"), [
+    pytest.param("1.37", {}, KubeletVersion(35), id="V2-under-1.37"),
+    pytest.param("1.36", {POD_LEVEL: True}, KubeletVersion(36, ((POD_LEVEL, True),)), id="V3-under-1.36-gate-on"),
+    pytest.param("1.37", {}, KubeletVersion(37), id="V4-under-1.37"),
+    pytest.param("1.35", {}, KubeletVersion(35), id="V2-under-1.35"),
+])
+def test_writing_the_bytes_already_there_keeps_them_as_they_are(node, tmp_path, kubelet, gates, writer):
+    """(Issue 63, suspected: the rescue's move back re-encoded the previous file in the kubelet's format.) A write of
+    the very bytes on disk changes nothing, whatever their format: a V2 file under a 1.37 kubelet (which writes V4)
+    stays V2, nothing is kept aside, and a push still goes (the rescue's move back is this write with push)."""
+    path = tmp_path / "state"
+    old = write(state_of("0,3", {WEB_UID: {"main": "1-2"}}), writer)
+    path.write_bytes(old)
+    pinned(node, node["prod/web/main"], "2-3", "0-1")  # where the rewrite had moved it
+    done = target(node, path, kubelet_version=kubelet, feature_gates=gates).run(
+        "write", content=old.decode(), push=True)
+    assert not done["changed"] and done["kept"] is None and done["written"] == old.decode()
+    assert path.read_bytes() == old and sorted(os.listdir(tmp_path)) == ["node", "state"]
+    assert cgroup_cpus(node, node["prod/web/main"]) == "1-2" and not done["pushed"]["incomplete"]
+
+
+def test_a_failure_after_the_change_carries_where_the_previous_file_is(node, tmp_path, monkeypatch):
+    """Once the file is replaced, an error of any type (here a bug's ValueError in the runtime) is raised as
+    ChangedThenFailed: its text the cause's and where the previous file is, its ``done`` the result so far. An
+    error before any change is raised as it is (a stale plan: nothing was kept)."""
+    path = tmp_path / "state"
+    old = checkpoint_file("0,3", {WEB_UID: {"main": "1-2"}})
+    path.write_bytes(old)
+    new = checkpoint_file("0-1", {WEB_UID: {"main": "2-3"}}).decode()
+
+    def broken(config):
+        raise ValueError("a bug in the runtime backend")
+
+    monkeypatch.setattr(factory, "build_runtime", broken)
+    with pytest.raises(ChangedThenFailed) as failed:
+        target(node, path).run("write", content=new, push=True)
+    done = failed.value.done
+    assert failed.value.kind == "ValueError" and isinstance(failed.value.cause, ValueError)
+    assert str(failed.value) == "unexpected ValueError: a bug in the runtime backend (after the change of %s: the " \
+        "previous file is kept as %s)" % (path, done["kept"])
+    assert open(done["kept"], "rb").read() == old and path.read_text() == new and done["written"] == new
+    assert done["changed"] and done["pushed"]["incomplete"]
+    with pytest.raises(StaleCheckpointError):
+        target(node, path).run("write", content=old.decode(), push=True, planned_from=fingerprint(old))
+
+
+def state_of(default, entries):
+    built = CPUState("static", CPUSet.parse(default))
+    for pod, containers in entries.items():
+        for name, cpus in containers.items():
+            built.set(pod, name, CPUSet.parse(cpus))
+    return built
