@@ -223,7 +223,7 @@ python -m pytest -q --junitxml=tests/output/junit-integration.xml tests/integrat
 # the benchmarks' quick run (they must keep working; their figures come from full runs on a quiet host) while Molecule
 # still waits on its nodes
 stage benchmarks "benchmarks (quick run)"
-for bench in allocation state reconcile fleet defrag housekeeping hook; do
+for bench in allocation state reconcile fleet defrag housekeeping hook hook_lock; do
   start=$SECONDS
   python "benchmarks/$bench.py" --quick
   printf '%s\t%d\n' "$bench" $((SECONDS - start)) >> tests/output/benchmarks.tsv
