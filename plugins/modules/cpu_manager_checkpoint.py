@@ -25,8 +25,8 @@ description:
     atomically and durably. The kubelet's own checkpoint (C(/var/lib/kubelet/cpu_manager_state)) is changed only
     with O(kubelet_stopped=true).
   - A failure after the file changed (the push's, or any other) returns, with its message, RV(kept), RV(written),
-    RV(state) and RV(pushed) as they were: a rollback puts RV(kept) back.
-  - V(write) of the bytes the file already holds changes nothing: the file is kept as it is, even in an older
+    RV(state) and RV(pushed) as they were; a rollback puts RV(kept) back.
+  - V(write) of the bytes the file already holds changes nothing; the file is kept as it is, even in an older
     format than the kubelet writes (a rollback that puts the previous file back, then pushes it).
 author: kubecpu developers (@kubecpu)
 extends_documentation_fragment:
@@ -129,7 +129,7 @@ pushed:
     - With O(push), the cpuset updates made (or in check mode planned) (C(actions)), their errors (C(errors)), the
       containers gone before their update (C(skipped)), and whether the runtime could not be reached
       (C(unreachable)).
-    - C(incomplete) is true when the push did not end (the runtime could not be reached, or it failed): any running
+    - C(incomplete) is true when the push did not end (the runtime could not be reached, or it failed); any running
       container may be on its old or its new CPUs.
   returned: when O(push)
   type: dict
