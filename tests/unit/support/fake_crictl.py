@@ -1,7 +1,7 @@
 """A stand-in ``crictl`` made from the recorded crictl 1.32 output (shared/crictl-samples).
 
 ``make_node(directory)`` writes an executable ``crictl`` that answers ``ps -a -o json``, ``inspect ID``,
-``update ... ID`` and ``version`` with the recorded shapes, and a fake cgroupfs in which an update lands as
+``update ... ID...`` (many IDs, as crictl 1.37) and ``version`` with the recorded shapes, and a fake cgroupfs in which an update lands as
 runc would put it (``cpuset.cpus``, ``cpuset.mems``, ``cpu.cfs_quota_us``). Every call is appended to
 ``calls.log``. Unknown IDs get the recorded NotFound error. The one container without a recorded
 inspection (prod/db-migrate app) gets one derived from its sibling's, with its own ID, name and request.
@@ -43,22 +43,29 @@ elif argv[:1] == ["inspect"]:
     if not os.path.exists(os.path.join(HERE, path)):
         fail("notfound.txt")
     out(path)
-elif argv[:1] == ["update"]:
-    cid = argv[-1]
-    path = os.path.join(HERE, "inspect", cid + ".json")
-    if not os.path.exists(path):
-        fail("notfound.txt")
-    with open(path) as handle:
-        cgroup = json.load(handle)["info"]["runtimeSpec"]["linux"]["cgroupsPath"].lstrip("/")
-    files = {"--cpuset-cpus": ("cpuset", "cpuset.cpus"), "--cpuset-mems": ("cpuset", "cpuset.mems"),
-             "--cpu-quota": ("cpu", "cpu.cfs_quota_us")}
-    for flag in argv[1:-1]:
-        name, _, value = flag.partition("=")
-        if name in files and value not in ("", "0"):
-            controller, leaf = files[name]
-            with open(os.path.join(HERE, "cgroup", controller, cgroup, leaf), "w") as handle:
-                handle.write(value + "\n")
-    print(cid)
+elif argv[:1] == ["update"]:  # as crictl 1.37: many IDs, each in turn, the first it cannot update named
+    flags = [arg for arg in argv[1:] if arg.startswith("--")]
+    ids = [arg for arg in argv[1:] if not arg.startswith("--")]
+    for cid in ids:
+        path = os.path.join(HERE, "inspect", cid + ".json")
+        if not os.path.exists(path):
+            if len(ids) == 1:
+                fail("notfound.txt")
+            sys.stderr.write('time="x" level=fatal msg="updating container resources for \\"%%s\\": rpc error: '
+                             'code = NotFound desc = an error occurred when try to find container \\"%%s\\": not '
+                             'found"\n' %% (cid, cid))
+            sys.exit(1)
+        with open(path) as handle:
+            cgroup = json.load(handle)["info"]["runtimeSpec"]["linux"]["cgroupsPath"].lstrip("/")
+        files = {"--cpuset-cpus": ("cpuset", "cpuset.cpus"), "--cpuset-mems": ("cpuset", "cpuset.mems"),
+                 "--cpu-quota": ("cpu", "cpu.cfs_quota_us")}
+        for flag in flags:
+            name, _, value = flag.partition("=")
+            if name in files and value not in ("", "0"):
+                controller, leaf = files[name]
+                with open(os.path.join(HERE, "cgroup", controller, cgroup, leaf), "w") as handle:
+                    handle.write(value + "\n")
+        print(cid)
 else:
     sys.stderr.write('time="x" level=fatal msg="unknown command %%s"\n' %% argv)
     sys.exit(1)
