@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 Command = Callable[["argparse.Namespace", TextIO, TextIO, TextIO], int]
 
-VERSION = "0.3.0"
+VERSION = "0.8.0"
 DEFAULT_NUM_RESERVED = 1  # every sub-command's --num-reserved when --reserved-cpus does not list them either
 
 
