@@ -14,6 +14,8 @@ import subprocess
 import sys
 
 import pytest
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cri_grpc import CRIRuntime
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.model import EXITED
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import hook_spec
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.waits import until
 
@@ -29,11 +31,14 @@ class HookedLab:
         self.dir = directory
         self.state = os.path.join(directory, "state")
         self.log = os.path.join(directory, "hook.log")
+        lab_dir = os.path.join(directory, "lab")  # its socket known before it starts: the hook asks it for a pod
+        os.makedirs(lab_dir)
         argv = [python, KUBECPU, "hook", "--state", self.state, "--reserved-cpus", "0", "--kubelet-state",
-                os.path.join(directory, "no-kubelet-state")]
+                os.path.join(directory, "no-kubelet-state"), "--runtime", "cri", "--runtime-endpoint",
+                "unix://" + os.path.join(lab_dir, "containerd.sock")]
         base = hook_spec.base_spec(os.path.join(binaries, "ctr") if binaries else "ctr", python, argv, self.state,
                                    self.log, directory)
-        self.lab = lab_module.Lab(binaries=binaries, nri=nri, base_spec=base)
+        self.lab = lab_module.Lab(lab_dir, binaries=binaries, nri=nri, base_spec=base)
         self.made = []
 
     def pod(self, name, qos, millicpu):
@@ -135,6 +140,23 @@ def test_without_a_plugin_every_container_starts_on_the_cpus_it_may_use(node):
     assert [a["action"] for a in answers] == ["passed", "allocated", "set"]
     assert answers[1]["cpus"] == "1" and answers[2]["cpus"] == "0"
     assert answers[1]["moved"] == 3  # web's container and the two pods' sandboxes (pause) were on CPU 1 too
+
+
+def test_an_app_container_reuses_its_finished_init_containers_cpu(node):
+    """Issue 62, finding 1, on the real runtime: 2 CPUs, CPU 0 reserved, a pod of init 1 CPU then app 1 CPU, charged
+    1. The hook allocates the app container in its pod as containerd lists it, so it reuses the finished init
+    container's CPU 1 (before, it was allocated alone, found no free CPU and was refused)."""
+    pod = node.lab.run_pod("init-reuse", "Guaranteed", [{"name": "init", "cpu": 1000, "command": ["/bin/sh", "-c",
+                                                                                                   "exit 0"]}])
+    node.made.append(pod)
+    runtime = CRIRuntime(node.lab.endpoint, 5.0)
+    until(lambda: any(c.name == "init" and c.state == EXITED for c in runtime.list_containers()),
+          "the init container exited", 30)
+    pod["containers"]["app"] = node.lab.run_container(pod, {"name": "app", "cpu": 1000, "command": FIRST_LINE})
+    assert first_line(pod) == "1"
+    entries = json.load(open(node.state, encoding="utf-8"))["entries"][pod["uid"]]
+    assert entries == {"init": "1", "app": "1"}
+    assert [json.loads(a["out"])["action"] for a in node.answers()][-1] == "allocated"
 
 
 def test_the_next_agent_pass_brings_the_runtimes_record_in_line(node):
