@@ -4,9 +4,14 @@ defaults/main.yml and a row in the README, and the variable names the issue fixe
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 
 import pytest
 import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.unit_sandbox import run_sandboxed
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.role_tasks import Runner, Systemd, TaskFailed, trusted
 
@@ -146,3 +151,98 @@ def test_the_drain_paths_rescue_puts_the_checkpoint_back_under_a_stopped_kubelet
         "the kubelet did not stay healthy -- rolled back: the checkpoint was put back from %s, the previous "
         "configuration was put back from %s, the kubelet was started again, and the node was uncordoned"
         % (backup, tmp_path / "config.yaml.old"))
+
+
+def agent_unit(tmp_path=None, **settings):
+    """The agent's systemd unit as the role writes it: its template rendered by ansible-core's templar over the
+    role's defaults and vars, and ``settings`` (``ansible_facts`` as the play gathered them, or not)."""
+    def trusted(value):
+        if isinstance(value, str):
+            return trust_as_template(value)
+        if isinstance(value, dict):
+            return {key: trusted(item) for key, item in value.items()}
+        return [trusted(item) for item in value] if isinstance(value, list) else value
+
+    variables = dict(trusted(load("cpu_manager_agent", "defaults", "main.yml")),
+                     **trusted(load("cpu_manager_agent", "vars", "main.yml")))
+    variables.update(ansible_managed="Ansible managed", role_path=os.path.join(ROOT, "roles", "cpu_manager_agent"),
+                     ansible_facts={})
+    variables.update(settings)
+    with open(os.path.join(ROOT, "roles", "cpu_manager_agent", "templates", "kubecpu-agent.service.j2"),
+              encoding="utf-8") as handle:
+        text = trust_as_template(handle.read())
+    return Templar(loader=DataLoader(), variables=variables).template(text)
+
+
+def writable_paths(unit):
+    (line,) = [line for line in unit.splitlines() if line.startswith("ReadWritePaths=")]
+    return line.split("=", 1)[1].split()
+
+
+DEBIAN, SYSCONFIG = "-/etc/default/irqbalance", "-/etc/sysconfig/irqbalance"
+
+
+@pytest.mark.parametrize("isolation, facts, irqbalance", [
+    ("exclusive", {"os_family": "Debian"}, [DEBIAN]),
+    ("annotated", {"os_family": "RedHat"}, [SYSCONFIG]),
+    ("exclusive", {"os_family": "Suse"}, [SYSCONFIG]),
+    ("exclusive", {}, [DEBIAN, SYSCONFIG]),  # the play gathered no facts (the collection's playbooks do not)
+    ("exclusive", {"os_family": "Archlinux"}, [DEBIAN, SYSCONFIG]),
+    ("off", {"os_family": "Debian"}, []),
+])
+def test_the_agents_unit_lets_it_write_irqbalances_file_and_nothing_else_of_etc(isolation, facts, irqbalance):
+    """issue 62: the unit made all of /etc/default writable (ReadWritePaths=-/etc/default), and on RHEL not the
+    file irqbalance reads there, /etc/sysconfig/irqbalance. Now: the distribution's file, and only it."""
+    unit = agent_unit(cpu_manager_irq_isolation=isolation, ansible_facts=facts)
+    assert writable_paths(unit) == ["/var/lib/kubecpu", "/var/lib/kubecpu/metrics"] + irqbalance
+    assert ("kubecpu rewrites it in place" in unit) is bool(irqbalance)
+
+
+PERSIST = """
+import json
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import HousekeepingError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.housekeeping import machine_files
+balance = machine_files(root)[1]
+try:
+    print(json.dumps([balance.env_file[len(root):], balance.persist(CPUSet.parse("2-3"))]))
+except HousekeepingError as exc:
+    print(json.dumps([balance.env_file[len(root):], str(exc)]))
+"""
+
+
+@pytest.mark.parametrize("family, layout, written", [
+    ("Debian", ["etc/debian_version", "etc/default/irqbalance"], "/etc/default/irqbalance"),
+    ("RedHat", ["etc/sysconfig/irqbalance"], "/etc/sysconfig/irqbalance"),
+    ("RedHat", ["etc/sysconfig/irqbalance", "etc/default/irqbalance"], "/etc/sysconfig/irqbalance"),
+    ("Suse", ["etc/sysconfig/irqbalance"], "/etc/sysconfig/irqbalance"),
+    (None, ["etc/debian_version", "etc/default/irqbalance"], "/etc/default/irqbalance"),
+    (None, ["etc/sysconfig/irqbalance"], "/etc/sysconfig/irqbalance"),
+])
+def test_the_file_the_agent_writes_is_the_one_its_unit_lets_it_write(tmp_path, family, layout, written):
+    """issue 62: interrupt isolation failed on RHEL (/etc/sysconfig/irqbalance read-only in the unit's namespace).
+    The core's choice of file and the role's unit agree on each distribution: the agent, run with the unit's
+    writable paths enforced by the kernel (support.unit_sandbox), writes its block."""
+    for path in layout:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("IRQBALANCE_ARGS=\n")
+    unit = agent_unit(cpu_manager_irq_isolation="exclusive", ansible_facts={"os_family": family} if family else {})
+    irqbalance = [path for path in writable_paths(unit) if path.startswith("-/etc/")]
+    assert run_sandboxed(str(tmp_path), irqbalance, PERSIST) == [written, True]
+    assert (tmp_path / written.lstrip("/")).read_text().endswith("IRQBALANCE_BANNED_CPULIST=2-3\n")
+
+
+def test_the_agents_unit_is_one_systemd_takes_without_a_warning(tmp_path):
+    """systemd-analyze verify: every directive known, every path absolute, the command executable."""
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze is not installed")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "kubecpu").write_text("#!/bin/sh\n")
+    os.chmod(tmp_path / "bin" / "kubecpu", 0o755)
+    for isolation, facts in (("off", {}), ("exclusive", {}), ("exclusive", {"os_family": "RedHat"})):
+        unit = tmp_path / "kubecpu-agent.service"
+        unit.write_text(agent_unit(cpu_manager_irq_isolation=isolation, ansible_facts=facts,
+                                   cpu_manager_agent_install_dir=str(tmp_path)))
+        done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60,
+                              check=False)
+        assert (done.returncode, done.stderr) == (0, ""), (isolation, facts)

@@ -27,7 +27,7 @@ from ..kubelet.cpuset import CPUSet
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology
 from ..runtime.irq import IrqFS, read_bounded
-from ..runtime.irqbalance import ENV_FILES, IrqBalance
+from ..runtime.irqbalance import IrqBalance, env_files
 from ..runtime.model import ContainerInfo
 from .plan import Plan
 from .state_store import StateStore
@@ -168,11 +168,13 @@ class IrqIsolation:
         if keep_off != before or due:
             self._scan(record, keep_off, online, keep_off != before, report=report, apply=apply)
         record["kept_off"] = str(keep_off)
-        self._tell_irqbalance(record, keep_off, report, apply)
-        if apply and not keep_off and not record["originals"] and record["banned"] is None:
+        unwritten = self._tell_irqbalance(record, keep_off, report, apply)
+        if apply and not keep_off and not record["originals"] and record["banned"] is None and unwritten is None:
             self.record.remove()  # everything given back
         elif apply and record != loaded:
             self.record.save(record)
+        if unwritten is not None:  # the pass's error; the rest is done and recorded
+            raise unwritten
         return report
 
     def _scan(self, record: Dict[str, Any], keep_off: CPUSet, online: CPUSet, changed: bool, *,
@@ -276,18 +278,25 @@ class IrqIsolation:
             return None, (None if want == original else known)
         return str(want), after
 
-    def _tell_irqbalance(self, record: Dict[str, Any], keep_off: CPUSet, report: Dict[str, Any], apply: bool) -> None:
+    def _tell_irqbalance(self, record: Dict[str, Any], keep_off: CPUSet, report: Dict[str, Any],
+                         apply: bool) -> Optional[HousekeepingError]:
         """Once per change of the set and once per new daemon: the running one through its socket, with its own bans
-        (the kernel's isolated and nohz_full CPUs, or its environment's), its next start through its file."""
+        (the kernel's isolated and nohz_full CPUs, or its environment's), its next start through its file. A file
+        that cannot be written (read-only in the agent's unit until it restarts) does not keep the running daemon
+        from being told: its error is returned, and the next pass tries both again."""
         daemon = self.irqbalance.running()
         report["irqbalance"] = "not running" if daemon is None else "pid %d" % daemon[0]
         told = record["banned"]
         if (told is not None and CPUSet.parse(told) == keep_off and daemon is not None
                 and record["banned_pid"] in (None, daemon[0])):
             record["banned_pid"] = daemon[0]
-            return
-        if self.irqbalance.persist(keep_off, apply):
-            report["irqbalance_file"] = self.irqbalance.env_file
+            return None
+        unwritten = None
+        try:
+            if self.irqbalance.persist(keep_off, apply):
+                report["irqbalance_file"] = self.irqbalance.env_file
+        except HousekeepingError as exc:
+            unwritten = exc
         if daemon is not None:
             own = self.irqbalance.own_bans()
             if apply:
@@ -296,8 +305,10 @@ class IrqIsolation:
             if not keep_off and not own and self.irqbalance.started_with_bans(daemon[0]):
                 report["irqbalance_note"] = ("irqbalance (pid %d) started with bans in its environment and falls back "
                                              "to them: restart it to balance onto every CPU" % daemon[0])
-        record["banned"] = str(keep_off) if daemon is not None and keep_off else None
-        record["banned_pid"] = daemon[0] if daemon is not None and keep_off else None
+        done = daemon is not None and keep_off and unwritten is None  # a file not written: both again next pass
+        record["banned"] = str(keep_off) if done else None
+        record["banned_pid"] = daemon[0] if daemon is not None and done else None
+        return unwritten
 
 
 def irq_pods(infos: Iterable[ContainerInfo]) -> Set[str]:
@@ -338,7 +349,8 @@ def record_path(state_path: str) -> str:
 def irq_isolation(mode: str, online: CPUSet, state_path: Optional[str],
                   root: Optional[str] = None) -> Optional[IrqIsolation]:
     """The isolation a node's ``irq_isolation`` setting asks for (None when off); ``root``: where the machine's
-    kernel interfaces and files are (``sysfs_root``: /proc/irq, /run/irqbalance, /etc/default/irqbalance below it)."""
+    kernel interfaces and files are (``sysfs_root``: /proc/irq, /run/irqbalance, irqbalance's environment file below
+    it)."""
     record = None if state_path is None else record_path(state_path)
     if mode == "off" and (record is None or not os.path.exists(record)):
         return None  # off, and nothing to give back
@@ -350,7 +362,7 @@ def machine_files(root: Optional[str] = None) -> Tuple[IrqFS, IrqBalance]:
     base = root or "/"
     return IrqFS(os.path.join(base, "proc", "irq")), IrqBalance(
         os.path.join(base, "run", "irqbalance"), proc=os.path.join(base, "proc"),
-        env_files=[os.path.join(base, path.lstrip("/")) for path in ENV_FILES],
+        env_files=env_files(base),
         cpu_dir=os.path.join(base, "sys", "devices", "system", "cpu"))
 
 

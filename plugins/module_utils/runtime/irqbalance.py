@@ -9,30 +9,37 @@ banned CPUs and makes it rescan; ``setup`` answers ``SLEEP <s> ... BANNED <mask>
 
 Its own bans (cputree.c) come from its environment: ``IRQBALANCE_BANNED_CPUS`` (a mask, read first), else
 ``IRQBALANCE_BANNED_CPULIST``, else the kernel's isolated and nohz_full CPUs. A ban sent through the socket replaces
-them, so kubecpu sends its CPUs together with the daemon's own (``own_bans``). The environment file is Debian's
-``/etc/default/irqbalance`` or RHEL's and SUSE's ``/etc/sysconfig/irqbalance``, whichever exists; kubecpu appends its
-own marked block setting the variable the daemon reads (a later assignment wins), merged with the operator's value,
-and removes the block byte for byte when it holds nothing: the operator's lines, their encoding and line ends are
-never touched.
+them, so kubecpu sends its CPUs together with the daemon's own (``own_bans``). The environment file is the one the
+distribution's irqbalance service reads (``env_files``): Debian's ``/etc/default/irqbalance``, RHEL's and SUSE's
+``/etc/sysconfig/irqbalance``. kubecpu appends its own marked block setting the variable the daemon reads (a later
+assignment wins), merged with the operator's value, and removes the block byte for byte when it holds nothing: the
+operator's lines, their encoding and line ends are never touched.
+
+The file is rewritten in place (``rewrite_in_place``), not replaced by a rename: the agent's unit makes only this
+file writable (systemd's ``ReadWritePaths=`` binds it onto itself; a temporary file beside it cannot be created
+and nothing can be renamed over it), and the file keeps its inode, so its owner, mode, SELinux label and links.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import socket
+import stat
 import struct
 from typing import List, Optional, Sequence, Tuple
 
-from ..atomic import atomic_write
 from ..errors import CPUSetError, HousekeepingError
 from ..kubelet.cpuset import CPUSet
 from .irq import format_mask, read_bounded
 
 SOCKET_DIR = "/run/irqbalance"
-ENV_FILE = "/etc/default/irqbalance"
-ENV_FILES = (ENV_FILE, "/etc/sysconfig/irqbalance")  # Debian; RHEL and SUSE
+ENV_FILE = "/etc/default/irqbalance"  # Debian's family
+SYSCONFIG_FILE = "/etc/sysconfig/irqbalance"  # RHEL's and SUSE's
+ENV_FILES = (ENV_FILE, SYSCONFIG_FILE)
+DEBIAN_MARK = "/etc/debian_version"  # every dpkg-based distribution ships it (base-files)
 ENV_NAME = "IRQBALANCE_BANNED_CPULIST"
 MASK_NAME = "IRQBALANCE_BANNED_CPUS"  # read before the list (deprecated, still honoured)
 TIMEOUT = 2.0  # seconds for a connection, a send and the whole reply
@@ -149,26 +156,127 @@ class IrqBalance:
         data = self._env_bytes()
         if data is None:
             return False
-        lines = _operator_lines(data)
-        new = b"".join(lines)
-        if cpus:
-            ending = b"\r\n" if lines and lines[0].endswith(b"\r\n") else b"\n"
-            joined = bool(new) and not new.endswith(b"\n")
-            own = _configured(lines)
-            merged = cpus.union(own) if own is not None else cpus
-            new += ending if joined else b""
-            block = [_MARK_JOINED if joined else _MARK_BYTES, ("%s=%s" % (ENV_NAME, merged)).encode("ascii")]
-            if any(_assigns(line, MASK_NAME) for line in lines):  # read first: kubecpu's value must be there too
-                block.append(("%s=%s" % (MASK_NAME, format_mask(merged))).encode("ascii"))
-            new += b"".join(line + ending for line in block)
+        new, kept = with_block(data, cpus)
         if new == data:
             return False
         if apply:
-            try:
-                atomic_write(self.env_file, new, durable=True)  # the file keeps its owner and mode
-            except OSError as exc:
-                raise HousekeepingError("cannot write %s: %s" % (self.env_file, exc.strerror)) from None
+            rewrite_in_place(self.env_file, data, new, kept)
         return True
+
+
+def with_block(data: bytes, cpus: CPUSet) -> Tuple[bytes, int]:
+    """The environment file ``data`` with kubecpu's block for ``cpus`` (none: without it), and how many bytes at its
+    start are the operator's (its lines, kubecpu's block taken out; the block follows them)."""
+    lines = _operator_lines(data)
+    new = b"".join(lines)
+    kept = len(new)
+    if cpus:
+        ending = b"\r\n" if lines and lines[0].endswith(b"\r\n") else b"\n"
+        joined = bool(new) and not new.endswith(b"\n")
+        own = _configured(lines)
+        merged = cpus.union(own) if own is not None else cpus
+        new += ending if joined else b""
+        block = [_MARK_JOINED if joined else _MARK_BYTES, ("%s=%s" % (ENV_NAME, merged)).encode("ascii")]
+        if any(_assigns(line, MASK_NAME) for line in lines):  # read first: kubecpu's value must be there too
+            block.append(("%s=%s" % (MASK_NAME, format_mask(merged))).encode("ascii"))
+        new += b"".join(line + ending for line in block)
+    return new, kept
+
+
+def env_files(root: str = "/") -> List[str]:
+    """The environment files the distribution's irqbalance service reads, below ``root``, in the order to look for
+    them (``IrqBalance`` writes the first that exists): on Debian's family (Debian, Ubuntu and the others that ship
+    ``/etc/debian_version``) ``/etc/default/irqbalance`` only; elsewhere RHEL's and SUSE's
+    ``/etc/sysconfig/irqbalance``, then Debian's. The agent role makes the same choice from ``ansible_os_family``
+    for the files its unit lets the agent write."""
+    below = [os.path.join(root, path.lstrip("/")) for path in (ENV_FILE, SYSCONFIG_FILE, DEBIAN_MARK)]
+    return below[:1] if os.path.exists(below[2]) else [below[1], below[0]]
+
+
+def rewrite_in_place(path: str, old: bytes, new: bytes, kept: int) -> None:
+    """``path``, which held ``old``, holds ``new`` (written through, fsync'd): rewritten in its own inode, from the
+    first byte that changes. ``kept``: the operator's part, the first ``kept`` bytes of ``new``.
+
+    A writer stopped between two steps (killed, the machine down) leaves every line of the operator's whole
+    (``in_place_steps``). The file is read again through the handle that writes it: one changed meanwhile is left
+    alone (its offsets are no longer ``old``'s); the next pass reads it again.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError as exc:
+        hint = _READ_ONLY_HINT if exc.errno == errno.EROFS else ""
+        raise HousekeepingError("cannot write %s: %s%s" % (path, exc.strerror or exc, hint)) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise HousekeepingError("cannot write %s: not a regular file" % path)
+        if _read_all(fd, MAX_ENV_FILE_BYTES + 1) != old:
+            raise HousekeepingError("%s changed while kubecpu was rewriting it: left alone, the next pass rewrites it"
+                                    % path)
+        for offset, data in in_place_steps(old, new, kept):
+            if data is None:
+                os.ftruncate(fd, offset)
+            else:
+                _write_all(fd, data, offset)
+        os.fsync(fd)
+    except OSError as exc:
+        raise HousekeepingError("cannot write %s: %s" % (path, exc.strerror or exc)) from None
+    finally:
+        os.close(fd)
+
+
+# EROFS: the agent's unit binds the file as it was when the agent started; one installed or replaced since is not
+_READ_ONLY_HINT = (" (the agent's unit lets it write the file that was there when it started: restart the agent once "
+                   "irqbalance's file is installed or replaced)")
+
+
+def in_place_steps(old: bytes, new: bytes, kept: int) -> List[Tuple[int, Optional[bytes]]]:
+    """How ``old`` becomes ``new`` in place, in order: ``(offset, data)`` writes and ``(size, None)`` truncations.
+    ``kept``: the operator's part, the first ``kept`` bytes of ``new`` (kubecpu's block follows it).
+
+    - ``new`` extends ``old`` (a block added): one write at the end; ``old`` cut to ``new`` (the block removed): one
+      truncation.
+    - Only kubecpu's lines change (its block is last, as kubecpu leaves it): the file is first cut back to the start
+      of the first line that changes, then the rest is written. Stopped in between, the file is the operator's lines
+      with kubecpu's block missing or cut at a line end, which the next pass writes again.
+    - The operator's lines after kubecpu's old block move up (someone added lines below it): the new content is
+      written first, then the file is cut to its length. Stopped in between, every line of ``new`` is there, and
+      when the block got shorter the last bytes of ``old`` follow it (a copy of the end of the operator's lines,
+      left for the operator: kubecpu never removes what is not its block).
+
+    A write is one system call of the changed lines (a few hundred bytes), which a crash during it may tear.
+    """
+    same = 0
+    for a, b in zip(old, new):
+        if a != b:
+            break
+        same += 1
+    if same == len(old):
+        return [(same, new[same:])]
+    if same == len(new):
+        return [(same, None)]
+    start = old.rfind(b"\n", 0, same) + 1
+    if start >= kept:
+        return [(start, None), (start, new[start:])]
+    return [(same, new[same:])] + ([(len(new), None)] if len(new) < len(old) else [])
+
+
+def _read_all(fd: int, limit: int) -> bytes:
+    chunks: List[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = os.pread(fd, limit - size, size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        done = os.pwrite(fd, view, offset)
+        view, offset = view[done:], offset + done
 
 
 def _assigns(line: bytes, name: str) -> bool:

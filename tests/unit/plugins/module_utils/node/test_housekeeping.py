@@ -189,6 +189,51 @@ def test_a_failure_is_the_passs_error_not_the_passs_end(tmp_path):
     assert len(plan.errors) == 1
 
 
+class UnwritableIrqBalance(IrqBalance):
+    """irqbalance's file read-only for the agent (installed, or replaced, after the agent's unit started it)."""
+
+    writable = False
+
+    def persist(self, cpus, apply=True):
+        if not self.writable:
+            raise HousekeepingError("cannot write %s: Read-only file system" % self.env_file)
+        return super().persist(cpus, apply)
+
+
+def test_an_irqbalance_file_that_cannot_be_written_does_not_keep_the_daemon_from_being_told(tmp_path):
+    """issue 62: the agent's unit makes only irqbalance's file writable, as it was when the agent started. A file it
+    cannot write is the pass's error, the running daemon is told all the same, and each pass tries the file again
+    (the record does not say it was done) until it can: then the file gets the block and the daemon is told once
+    more; released, the record goes only once the file is written."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "env").write_text("IRQBALANCE_ARGS=\n")
+    daemon = FakeIrqBalance(tmp_path / "run")
+    balance = UnwritableIrqBalance(str(tmp_path / "run"), str(tmp_path / "env"), cpu_dir=str(tmp_path / "cpu"))
+    isolate, root, _clock = isolation(tmp_path, {24: "0-7"}, balance=balance)
+    record = tmp_path / "state.irq.json"
+    try:
+        for _ in range(2):
+            plan = Plan(CPUState("static", ONLINE))
+            isolate_in_pass(isolate, plan, CPUSet.parse("4-7"), True)
+            assert plan.errors == [{"kind": "irq", "error": "cannot write %s: Read-only file system"
+                                                            % (tmp_path / "env")}]
+            assert affinity(root, 24) == "0-3" and record.exists()
+        balance.writable = True
+        plan = Plan(CPUState("static", ONLINE))
+        isolate_in_pass(isolate, plan, CPUSet.parse("4-7"), True)
+        assert plan.errors == [] and (tmp_path / "env").read_text().endswith("IRQBALANCE_BANNED_CPULIST=4-7\n")
+        balance.writable = False
+        isolate_in_pass(isolate, plan, CPUSet(), True)
+        assert plan.errors[-1]["error"].startswith("cannot write") and record.exists() and affinity(root, 24) == "0-7"
+        balance.writable = True
+        isolate_in_pass(isolate, plan, CPUSet(), True)
+        assert len(plan.errors) == 1 and not record.exists() and (tmp_path / "env").read_text() == "IRQBALANCE_ARGS=\n"
+        IrqBalance(str(tmp_path / "run")).banned(daemon.path)
+        assert daemon.commands == ["settings cpus 4,5,6,7"] * 3 + ["settings cpus NULL"] * 2 + ["setup"]
+    finally:
+        daemon.close()
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.frozensets(st.integers(0, 7), min_size=1), min_size=1, max_size=6),
        st.lists(st.frozensets(st.integers(0, 7), max_size=7), min_size=1, max_size=5),

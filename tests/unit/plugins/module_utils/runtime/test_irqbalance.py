@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import threading
 
 import pytest
@@ -11,8 +12,13 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.irqbalance import (ENV_NAME, MARK, MASK_NAME,
                                                                                              MAX_REPLY_BYTES,
-                                                                                             IrqBalance)
+                                                                                             IrqBalance, _operator_lines,
+                                                                                             env_files, in_place_steps,
+                                                                                             with_block)
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.proc_irq import FakeIrqBalance
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.unit_sandbox import run_sandboxed
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 ENV = "# irqbalance's defaults\n#IRQBALANCE_ONESHOT=\nIRQBALANCE_ARGS=--policyscript=/bin/true\n"
 
@@ -148,3 +154,153 @@ def test_its_own_bans_are_the_kernels_isolated_and_nohz_full_cpus_unless_configu
     assert balance.own_bans() == CPUSet.parse("2-3,5")
     env.write_text("IRQBALANCE_BANNED_CPULIST=1\n")
     assert balance.own_bans() == CPUSet.parse("1")  # configured: irqbalance does not add the kernel's
+
+
+@pytest.mark.parametrize("layout, expected", [
+    (("etc/debian_version", "etc/default/irqbalance"), "etc/default/irqbalance"),  # Debian, Ubuntu
+    (("etc/debian_version", "etc/default/irqbalance", "etc/sysconfig/irqbalance"), "etc/default/irqbalance"),
+    (("etc/debian_version", "etc/sysconfig/irqbalance"), None),  # Debian's irqbalance never reads sysconfig
+    (("etc/sysconfig/irqbalance",), "etc/sysconfig/irqbalance"),  # RHEL, SUSE
+    (("etc/sysconfig/irqbalance", "etc/default/irqbalance"), "etc/sysconfig/irqbalance"),
+    (("etc/default/irqbalance",), "etc/default/irqbalance"),  # another family: whichever exists
+    ((), None),  # irqbalance not installed
+])
+def test_the_file_is_the_one_the_distributions_irqbalance_reads(tmp_path, layout, expected):
+    """issue 62: on RHEL the file is /etc/sysconfig/irqbalance, even where an /etc/default/irqbalance exists too."""
+    for path in layout:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("IRQBALANCE_ARGS=\n")
+    balance = IrqBalance(str(tmp_path / "run"), env_files=env_files(str(tmp_path)))
+    assert balance.persist(CPUSet.parse("2")) is (expected is not None)
+    if expected is not None:
+        assert balance.env_file == str(tmp_path / expected)
+        assert (tmp_path / expected).read_text() == "IRQBALANCE_ARGS=\n%s\n%s=2\n" % (MARK, ENV_NAME)
+    for path in set(layout) - {expected, "etc/debian_version"}:
+        assert (tmp_path / path).read_text() == "IRQBALANCE_ARGS=\n"  # the other file untouched
+
+
+def test_the_file_is_rewritten_in_its_own_inode_with_its_owner_mode_and_links(tmp_path):
+    """No rename: the agent's unit lets it write this one file, not its directory; the file stays the operator's."""
+    env = tmp_path / "irqbalance"
+    env.write_text(ENV)
+    os.chmod(env, 0o640)
+    if os.geteuid() == 0:
+        os.chown(env, 1234, 5678)
+    os.link(env, tmp_path / "link")
+    before = os.stat(env)
+    balance = IrqBalance(str(tmp_path), str(env))
+    for cpus in ("4-7", "4-12", "4", ""):
+        balance.persist(CPUSet.parse(cpus))
+        after = os.stat(env)
+        assert (after.st_ino, after.st_uid, after.st_gid, stat.S_IMODE(after.st_mode)) == (
+            before.st_ino, before.st_uid, before.st_gid, 0o640)
+        assert (tmp_path / "link").read_bytes() == env.read_bytes() == with_block(ENV.encode(), CPUSet.parse(cpus))[0]
+    assert sorted(os.listdir(tmp_path)) == ["irqbalance", "link"]  # no temporary file
+
+
+def test_a_file_changed_while_kubecpu_rewrites_it_is_left_alone(tmp_path, monkeypatch):
+    """Read, then changed by someone else before kubecpu writes: the offsets kubecpu worked out are not that file's."""
+    env = tmp_path / "irqbalance"
+    env.write_text(ENV)
+    balance = IrqBalance(str(tmp_path), str(env))
+    read = balance._env_bytes
+
+    def read_then_edited():
+        data = read()
+        env.write_text("IRQBALANCE_ARGS=--edited\n")
+        return data
+
+    monkeypatch.setattr(balance, "_env_bytes", read_then_edited)
+    with pytest.raises(HousekeepingError, match="irqbalance changed while kubecpu was rewriting it: left alone"):
+        balance.persist(CPUSet.parse("4"))
+    assert env.read_text() == "IRQBALANCE_ARGS=--edited\n"
+
+
+LINE = st.sampled_from([b"IRQBALANCE_ARGS=--hintpolicy=ignore", b"# r\xe9glages", b"IRQBALANCE_BANNED_CPULIST=0",
+                        b"IRQBALANCE_BANNED_CPUS=00000008", b"#IRQBALANCE_ONESHOT=", b"", b"x"])
+CPUS = st.sets(st.integers(0, 40), max_size=6).map(CPUSet)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(LINE, max_size=4), crlf=st.booleans(), final=st.booleans(),
+       events=st.lists(st.one_of(CPUS, st.tuples(st.sampled_from(["above", "below"]), LINE)), min_size=1,
+                       max_size=8))
+def test_a_rewrite_stopped_after_any_step_keeps_the_operators_lines_whole(lines, crlf, final, events):
+    """issue 62: the file is rewritten in place, in steps; whichever step the writer is stopped after (killed, the
+    machine down), the operator's lines are all there, whole and first, and the last step leaves exactly the file
+    kubecpu meant. Between kubecpu's rewrites the operator adds lines above or below its block."""
+    ending = b"\r\n" if crlf else b"\n"
+    data = ending.join(lines) + (ending if final and lines else b"")
+    for event in events:
+        if isinstance(event, tuple):  # the operator edits the file
+            where, line = event
+            data = line + ending + data if where == "above" else data + (b"" if data.endswith(b"\n") or not data
+                                                                         else ending) + line + ending
+            continue
+        new, kept = with_block(data, event)
+        operators = b"".join(_operator_lines(data))
+        assert new[:kept] == operators
+        state = bytearray(data)
+        for offset, written in in_place_steps(data, new, kept):
+            if written is None:
+                del state[offset:]
+            else:
+                state[offset:offset + len(written)] = written
+            assert b"".join(_operator_lines(bytes(state))).startswith(operators) or bytes(state) == data
+        assert bytes(state) == new
+        data = new
+
+
+def test_the_agents_sandbox_lets_it_write_irqbalances_file_and_nothing_beside_it(tmp_path):
+    """issue 62: the agent's unit makes only the file writable (ReadWritePaths=-/etc/default/irqbalance, bound onto
+    itself). A rename over it, the way files are replaced elsewhere, cannot work there (no temporary file in the
+    directory, EROFS); the rewrite in place does, and the file beside it stays read-only."""
+    (tmp_path / "etc" / "default").mkdir(parents=True)
+    (tmp_path / "etc" / "debian_version").write_text("12.11\n")
+    (tmp_path / "etc" / "default" / "irqbalance").write_text(ENV)
+    (tmp_path / "etc" / "default" / "grub").write_text("GRUB_TIMEOUT=5\n")
+    found = run_sandboxed(str(tmp_path), ["-/etc/default/irqbalance", "-/etc/sysconfig/irqbalance"], SANDBOXED)
+    assert found == {"file": "/etc/default/irqbalance", "writes": [True, True, True], "errors": [],
+                     "rename": "Read-only file system", "beside": "Read-only file system"}
+    assert (tmp_path / "etc" / "default" / "irqbalance").read_text() == ENV  # 4-7, then 4, then none
+
+
+def test_a_file_the_sandbox_does_not_let_it_write_is_an_error_that_says_to_restart_the_agent(tmp_path):
+    """irqbalance installed (or its file replaced by a rename: the kernel then takes the unit's bind away) after the
+    agent started: the file is read-only in the agent's namespace until it restarts. One error per pass, naming it."""
+    (tmp_path / "etc" / "sysconfig").mkdir(parents=True)
+    (tmp_path / "etc" / "sysconfig" / "irqbalance").write_text(ENV)
+    found = run_sandboxed(str(tmp_path), ["-/etc/default/irqbalance"], SANDBOXED)
+    assert found["file"] == "/etc/sysconfig/irqbalance" and found["writes"] == []
+    assert found["errors"] == ["cannot write %s/etc/sysconfig/irqbalance: Read-only file system (the agent's unit lets "
+                               "it write the file that was there when it started: restart the agent once irqbalance's "
+                               "file is installed or replaced)" % tmp_path]
+    assert (tmp_path / "etc" / "sysconfig" / "irqbalance").read_text() == ENV
+
+
+# Run in the sandbox: the node's file as the agent finds it (machine_files), kubecpu's block written, changed and
+# removed, then what a rename over it and a file beside it meet.
+SANDBOXED = """
+import json, os
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.atomic import atomic_write
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import HousekeepingError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.housekeeping import machine_files
+balance = machine_files(root)[1]
+found = {"file": balance.env_file[len(root):], "writes": [], "errors": []}
+for cpus in ("4-7", "4", ""):
+    try:
+        found["writes"].append(balance.persist(CPUSet.parse(cpus)))
+    except HousekeepingError as exc:
+        found["errors"].append(str(exc))
+        break
+if not found["errors"]:
+    for key, write in (("rename", lambda: atomic_write(balance.env_file, b"", durable=True)),
+                       ("beside", lambda: open(os.path.join(root, "etc", "default", "grub"), "w"))):
+        try:
+            write()
+            found[key] = "written"
+        except OSError as exc:
+            found[key] = exc.strerror
+print(json.dumps(found))
+"""
