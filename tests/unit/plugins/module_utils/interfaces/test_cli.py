@@ -337,7 +337,7 @@ def test_the_launcher_runs_with_plain_python(topo_files):
     assert proc.returncode == 0 and json.loads(proc.stdout)["containers"]
     proc = subprocess.run([sys.executable, "-S", KUBECPU, "--version"], capture_output=True, text=True,
                           check=False)
-    assert proc.returncode == 0 and proc.stdout.strip() == "kubecpu " + cli.cli_args.VERSION  # no site-packages at all
+    assert proc.returncode == 0 and proc.stdout.strip() == "kubecpu " + cli.build_parser.__globals__["VERSION"]  # -S
 
 
 def test_state_rebuild_from_the_runtime_keeps_the_lost_file(tmp_path):
