@@ -192,6 +192,11 @@ class RpcStatus(Exception):
         super().__init__("%s: %s" % (code, details))
 
 
+class ConnectionBroken(RuntimeUnavailableError):
+    """The runtime broke the NRI framing or the ttrpc envelope, or went silent mid-frame: the connection is unusable
+    (wire/ttrpc.py raises it; the NRI plugin connects again)."""
+
+
 class HookRefusal(KubecpuError):
     """The OCI hook cannot place a container correctly: the runtime must not create it."""
 

@@ -61,7 +61,6 @@ if TYPE_CHECKING:
 LOCK_TIMEOUT = 2.0  # seconds for the state lock: well within the runtime's hook timeout (the role writes 10 s)
 POD_VIEW_TIMEOUT = 4.0  # seconds for the runtime to show a pod's containers: lock and allocation fit in the 10 s left
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
-__all__ = ["LOCK_TIMEOUT", "POD_VIEW_TIMEOUT", "Hook", "HookRefusal", "HookResult"]  # HookRefusal: errors.py's
 
 
 class HookResult(NamedTuple):

@@ -32,7 +32,7 @@ import struct
 import time
 from typing import Any, Callable, Deque, Dict, Optional, Set, Tuple
 
-from ..errors import MessageError, RuntimeTimeoutError, RuntimeUnavailableError
+from ..errors import ConnectionBroken, MessageError, RuntimeTimeoutError, RuntimeUnavailableError
 from .proto_schema import cached
 
 PLUGIN_CONN, RUNTIME_CONN = 1, 2
@@ -55,10 +55,6 @@ MESSAGES = {
 OK, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL = 0, 2, 3, 4, 12, 13
 
 Handler = Callable[[str, str, bytes, float], Optional[Tuple[int, str, bytes]]]
-
-
-class ConnectionBroken(RuntimeUnavailableError):
-    """The runtime broke the framing or the ttrpc envelope, or went silent mid-frame: the connection is unusable."""
 
 
 def schema() -> Any:
