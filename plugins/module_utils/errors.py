@@ -121,6 +121,32 @@ class RestoreFailure(Exception):
     ``CheckpointError`` that names the file."""
 
 
+class TypeMismatch(Exception):
+    """A checkpoint's JSON did not decode into the kubelet's struct, in Go's words: a ``*json.UnmarshalTypeError``
+    (``value`` the JSON kind as Go names it, ``struct`` and ``field`` the struct and field path, empty for a value
+    that is no struct field, ``go_type`` the Go type), or, with ``go_type`` empty, the error a field's own
+    ``UnmarshalJSON`` returned. ``kubelet.go_json`` raises it; ``kubelet.checkpoint`` turns it into a
+    ``RestoreFailure``."""
+
+    def __init__(self, value: str, struct: str = "", field: str = "", go_type: str = "") -> None:
+        self.value, self.struct, self.field, self.go_type = value, struct, field, go_type
+        if not go_type:
+            text = value
+        elif struct or field:
+            text = "json: cannot unmarshal %s into Go struct field %s.%s of type %s" % (value, struct, field, go_type)
+        else:
+            text = "json: cannot unmarshal %s into Go value of type %s" % (value, go_type)
+        super().__init__(text)
+
+    def within(self, struct: str, fields: str) -> TypeMismatch:
+        """The error as the decoder of an enclosing struct returns it (Go's ``addErrorContext``): a type error is
+        named by that struct and its field path, ``fields``, then the field inside; any other error is kept."""
+        if not self.go_type:
+            return self
+        return TypeMismatch(self.value, struct, "%s.%s" % (fields, self.field) if self.field else fields,
+                            self.go_type)
+
+
 class StoreError(KubecpuError):
     """The state store cannot be read, locked or written (I/O, permissions, read-only store)."""
 

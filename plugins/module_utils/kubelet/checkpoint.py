@@ -15,9 +15,10 @@ import re
 import struct
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
-from ..errors import CPUSetError, RestoreFailure
+from ..errors import CPUSetError, RestoreFailure, TypeMismatch
 from .cpuset import CPUSet
-from .go_json import CHECKSUM, ENTRIES, STRING, STRING_MAP, Struct, TypeMismatch, parse
+from .go_json import CHECKSUM, ENTRIES, STRING, STRING_MAP, Struct, parse
+from .options import go_quote
 from .state import CPUState
 
 FNV32_OFFSET = 2166136261
@@ -151,13 +152,20 @@ def encode(state: CPUState) -> bytes:
 # --- reading (Go encoding/json semantics: go_json) ------------------------------------------------------------
 V1_STRUCT = Struct("CPUManagerCheckpointV1", {"policyName": STRING, "defaultCpuSet": STRING, "entries": STRING_MAP,
                                               "checksum": CHECKSUM})
-V2_STRUCT = Struct("CPUManagerCheckpointV2", {"policyName": STRING, "defaultCpuSet": STRING, "entries": ENTRIES,
-                                              "checksum": CHECKSUM})
+_V2_FIELDS = {"policyName": STRING, "defaultCpuSet": STRING, "entries": ENTRIES, "checksum": CHECKSUM}
+V2_STRUCT = Struct("CPUManagerCheckpointV2", _V2_FIELDS)  # 1.36 on: a struct of its own
+V2_STRUCT_135 = Struct("CPUManagerCheckpoint", _V2_FIELDS)  # 1.35: CPUManagerCheckpointV2 is an alias of this one
+# The refusals of a checkpoint's content (state_checkpoint.go restoreState): 1.37 spells the default set's with "CPU".
+DEFAULT_SET_135 = "could not parse default cpu set %s: %s"
+DEFAULT_SET_137 = "could not parse default CPU set %s: %s"
+MIGRATION_135 = "error migrating v1 checkpoint state to v2 checkpoint state: %s"
+MIGRATION_136 = "failed to migrate checkpoint from v1 to v2: %s"
 
 
-def _attempt(doc: Any, version: str) -> Tuple[str, str, Dict[str, Any], int]:
-    """json.Unmarshal into a fresh CPUManagerCheckpointV1/V2, then its checksum (0 accepted)."""
-    decoded = (V1_STRUCT if version == "v1" else V2_STRUCT).decode(doc)
+def _attempt(doc: Any, version: str, struct: Optional[Struct] = None) -> Tuple[str, str, Dict[str, Any], int]:
+    """json.Unmarshal into a fresh CPUManagerCheckpointV1/V2 (``struct``: the V2 struct as that kubelet names it),
+    then its checksum (0 accepted)."""
+    decoded = (V1_STRUCT if version == "v1" else struct or V2_STRUCT).decode(doc)
     if decoded.error is not None:
         raise decoded.error
     values = decoded.values
@@ -175,7 +183,7 @@ def _canonical(data: bytes) -> Optional[Tuple[str, str, Dict[str, Any], int]]:
     """
     try:
         doc = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # Go's reading words the refusal
         return None
     if not isinstance(doc, dict) or len(doc) != len(V2_FIELDS):
         return None
@@ -191,24 +199,25 @@ def _canonical(data: bytes) -> Optional[Tuple[str, str, Dict[str, Any], int]]:
     return policy, default, entries, stored
 
 
-def decode(data: bytes, policy_name: str,
-           initial_containers: Optional[Mapping[str, Tuple[str, str]]] = None) -> Restored:
-    """Restore a checkpoint as the kubelet does; raises RestoreFailure with the kubelet's inner text.
+def decode(data: bytes, policy_name: str, initial_containers: Optional[Mapping[str, Tuple[str, str]]] = None,
+           migration: str = MIGRATION_135) -> Restored:
+    """Restore a checkpoint as the 1.35 kubelet does; raises RestoreFailure with the kubelet's inner text.
 
-    ``initial_containers`` maps container IDs to (pod UID, container name) for v1 migration.
+    ``initial_containers`` maps container IDs to (pod UID, container name) for v1 migration; ``migration`` is how
+    the kubelet words a failed one (1.36 words it as ``MIGRATION_136``).
     """
     canonical = _canonical(data)
     if canonical is not None:
         policy, default, entries, stored = canonical
         version = "v2"
     else:
-        doc = parse(data.decode("utf-8", "replace"))
+        doc = parse(data)
         try:
             policy, default, entries, stored = _attempt(doc, "v1")
             version = "v1"
         except (RestoreFailure, TypeMismatch):
             try:
-                policy, default, entries, stored = _attempt(doc, "v2")
+                policy, default, entries, stored = _attempt(doc, "v2", V2_STRUCT_135)
             except TypeMismatch as exc:
                 raise RestoreFailure(str(exc)) from None
             version = "v2"
@@ -216,8 +225,8 @@ def decode(data: bytes, policy_name: str,
         migrated: Dict[str, Dict[str, str]] = {}
         for container_id, cpus in entries.items():
             if container_id not in (initial_containers or {}):
-                raise RestoreFailure("error migrating v1 checkpoint state to v2 checkpoint state: containerID "
-                                     "'%s' not found in initial containers list" % container_id)
+                raise RestoreFailure(migration % ("containerID '%s' not found in initial containers list"
+                                                  % container_id))
             pod, name = (initial_containers or {})[container_id]
             migrated.setdefault(pod, {})[name] = cpus
         entries = migrated
@@ -225,15 +234,17 @@ def decode(data: bytes, policy_name: str,
 
 
 def restored_state(policy: str, default: str, entries: Mapping[str, Any], policy_name: str,
-                   state: Optional[CPUState] = None) -> CPUState:
-    """The checks after a restore, in the kubelet's order: the policy name, the default set, each entry's set.
-    ``state`` (fresh, its other fields filled) receives them."""
+                   state: Optional[CPUState] = None, *, default_set_text: str = DEFAULT_SET_135) -> CPUState:
+    """The checks after a restore, in the kubelet's order and words (Go's %q quoting): the policy name, the default
+    set (``default_set_text``: 1.37 words it as ``DEFAULT_SET_137``), each entry's set. ``state`` (fresh, its other
+    fields filled) receives them."""
     if policy != policy_name:
-        raise RestoreFailure('configured policy "%s" differs from state checkpoint policy "%s"' % (policy_name, policy))
+        raise RestoreFailure("configured policy %s differs from state checkpoint policy %s" % (
+            go_quote(policy_name), go_quote(policy)))
     try:
         default_set = CPUSet.parse(default)
     except CPUSetError as exc:
-        raise RestoreFailure('could not parse default cpu set "%s": %s' % (default, exc.detail)) from None
+        raise RestoreFailure(default_set_text % (go_quote(default), exc.detail)) from None
     state = state if state is not None else CPUState(policy)
     state.default = default_set
     for pod in sorted(entries):
@@ -241,8 +252,8 @@ def restored_state(policy: str, default: str, entries: Mapping[str, Any], policy
             try:
                 state.set(pod, name, CPUSet.parse(cpus))  # the same text: the same set, parsed once
             except CPUSetError as exc:
-                raise RestoreFailure('could not parse cpuset "%s" for container "%s" in pod "%s": %s'
-                                     % (cpus, name, pod, exc.detail)) from None
+                raise RestoreFailure("could not parse cpuset %s for container %s in pod %s: %s" % (
+                    go_quote(cpus), go_quote(name), go_quote(pod), exc.detail)) from None
     return state
 
 

@@ -16,18 +16,20 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ..errors import RestoreFailure
-from .checkpoint import (V2_MAP, Restored, _attempt, _go_object, _spew_entries, checksum, decode, encode, fnv1a32,
-                         go_json_string, restored_state)
+from ..errors import CPUSetError, RestoreFailure, TypeMismatch
+from .checkpoint import (DEFAULT_SET_135, DEFAULT_SET_137, MIGRATION_136, V2_MAP, Restored, _attempt, _go_object,
+                         _spew_entries, checksum, decode, encode, fnv1a32, go_json_string, restored_state)
 from .cpuset import CPUSet
-from .go_json import BASELINES, CHECKSUM, ENTRIES, POD_ENTRIES, STRING, Struct, TypeMismatch, parse
-from .kubelet_versions import KubeletVersion
+from .go_json import BASELINES, CHECKSUM, ENTRIES, POD_ENTRIES, STRING, Struct, parse
+from .kubelet_versions import EXCLUSIVE_RESIZE, KubeletVersion
+from .options import go_quote
 from .state import CPUState
 
 V3_NAMES = ("CPUManagerCheckpoint", "CPUManagerCheckpointV3")  # the 1.36 name, and 1.37's
 _V2_PART = {"policyName": STRING, "defaultCpuSet": STRING, "entries": ENTRIES}
 V3_STRUCTS = {name: Struct(name, dict(_V2_PART, podEntries=POD_ENTRIES, checksum=CHECKSUM)) for name in V3_NAMES}
-V4_STRUCT = Struct("CPUManagerCheckpoint", dict(_V2_PART, checksum=CHECKSUM, data=STRING, dataChecksum=CHECKSUM))
+V4_STRUCT = Struct("CPUManagerCheckpoint", dict(_V2_PART, checksum=CHECKSUM, data=STRING, dataChecksum=CHECKSUM),
+                   embedded=dict.fromkeys(list(_V2_PART) + ["checksum"], "CPUManagerCheckpointV2"))
 DATA_STRUCT = Struct("CPUManagerCheckpointData", dict(_V2_PART, podEntries=POD_ENTRIES, baselines=BASELINES))
 
 
@@ -138,14 +140,11 @@ def _v3(doc: Any, name: str, names: Tuple[str, ...]) -> Tuple[Fields, Dict[str, 
 def _v4(doc: Any) -> Tuple[Fields, Dict[str, CPUSet], Dict[str, Dict[str, str]]]:
     """V4 as 1.37 reads it: the outer struct (its inline V2 part included), ``data`` into CheckpointData, then
     ``dataChecksum``."""
-    try:
-        outer = V4_STRUCT.decode(doc)
-    except TypeMismatch as exc:
-        raise _V4Failed(str(exc), True) from None
+    outer = V4_STRUCT.decode(doc)
     data, stored = outer.values["data"], outer.values["dataChecksum"]
     hard = bool(data) or stored != 0
-    if outer.error is not None:
-        raise _V4Failed(str(outer.error), hard)
+    if outer.error is not None:  # checkpoint.go UnmarshalCheckpoint
+        raise _V4Failed("failed to deserialize cpu manager checkpoint: %s" % outer.error, hard)
     try:
         inner = _decoded(DATA_STRUCT, parse(data))
     except (RestoreFailure, TypeMismatch) as exc:
@@ -162,7 +161,7 @@ def read(data: bytes, policy_name: str, version: KubeletVersion,
     """Restore ``data`` as kubelet ``version`` does; RestoreFailure with its text otherwise."""
     if version.minor <= 35:
         return decode(data, policy_name, initial_containers)
-    doc = parse(data.decode("utf-8", "replace"))
+    doc = parse(data)
     pods: Dict[str, CPUSet] = {}
     baselines: Dict[str, Dict[str, str]] = {}
     fields: Optional[Fields] = None
@@ -193,7 +192,7 @@ def read(data: bytes, policy_name: str, version: KubeletVersion,
             _attempt(doc, "v1")
         except (RestoreFailure, TypeMismatch) as exc:
             raise RestoreFailure(str(exc)) from None
-        return decode(data, policy_name, initial_containers)  # V1 verifies: migrated as 1.35 does
+        return decode(data, policy_name, initial_containers, MIGRATION_136)  # V1 verifies: migrated as 1.35 does
     if fields is None:
         raise RestoreFailure(errors[-1])
     return _restored(fields, pods, baselines, kind, policy_name=policy_name, version=version)
@@ -201,5 +200,18 @@ def read(data: bytes, policy_name: str, version: KubeletVersion,
 
 def _restored(fields: Dict[str, Any], pods: Dict[str, CPUSet], baselines: Dict[str, Dict[str, str]], kind: str, *,
               policy_name: str, version: KubeletVersion) -> Restored:
+    """The checks after the load (state_checkpoint.go restoreState): the policy name, the default set, each entry's
+    set, then from 1.37 with InPlacePodVerticalScalingExclusiveCPUs on, each baseline's set."""
     state = CPUState(policy_name, pod_entries=pods, baselines=baselines, pod_level=version.pod_level)
-    return Restored(restored_state(fields["policy"], fields["default"], fields["entries"], policy_name, state), kind, 0)
+    words = DEFAULT_SET_137 if version.minor >= 37 else DEFAULT_SET_135
+    restored = restored_state(fields["policy"], fields["default"], fields["entries"], policy_name, state,
+                              default_set_text=words)
+    if version.minor >= 37 and version.gate(EXCLUSIVE_RESIZE):
+        for pod in sorted(baselines):
+            for name, cpus in sorted(baselines[pod].items()):
+                try:
+                    CPUSet.parse(cpus)
+                except CPUSetError as exc:
+                    raise RestoreFailure("could not parse Baseline cpuset %s for container %s in pod %s: %s" % (
+                        go_quote(cpus), go_quote(name), go_quote(pod), exc.detail)) from None
+    return Restored(restored, kind, 0)

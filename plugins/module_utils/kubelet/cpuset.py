@@ -13,6 +13,7 @@ import re
 from typing import AbstractSet, FrozenSet, Iterable, Iterator, List, Optional, Tuple, Union
 
 from ..errors import CPUSetError
+from .options import go_quote
 
 # Linux supports at most 8192 CPUs (NR_CPUS); leave generous room for other architectures.
 MAX_CPU_ID = 65535
@@ -24,10 +25,10 @@ _HEX_WORD = re.compile(r"[0-9a-fA-F]{1,8}\Z")
 def _atoi(text: str, piece: str, whole: str) -> int:
     """Go's strconv.Atoi (base 10, optional sign), then the CPU id range check."""
     if not _ATOI.match(piece):
-        raise CPUSetError(whole, 'strconv.Atoi: parsing "%s": invalid syntax' % piece)
+        raise CPUSetError(whole, "strconv.Atoi: parsing %s: invalid syntax" % go_quote(piece))
     value = int(piece)
     if abs(value) > _GO_INT64_MAX:
-        raise CPUSetError(whole, 'strconv.Atoi: parsing "%s": value out of range' % piece)
+        raise CPUSetError(whole, "strconv.Atoi: parsing %s: value out of range" % go_quote(piece))
     if value > MAX_CPU_ID:
         raise CPUSetError(whole, 'CPU id %d in "%s" exceeds the supported maximum %d' % (value, text, MAX_CPU_ID))
     return value
@@ -73,7 +74,7 @@ class CPUSet:
             start = _atoi(text, bounds[0], text)
             end = _atoi(text, bounds[1], text)
             if start > end:
-                raise CPUSetError(text, 'invalid range "%s" (%d > %d)' % (piece, start, end))
+                raise CPUSetError(text, "invalid range %s (%d > %d)" % (go_quote(piece), start, end))
             if start < 0:
                 raise CPUSetError(text, 'negative CPU id in range "%s"' % piece)
             result.update(range(start, end + 1))

@@ -10,16 +10,20 @@ string wins, a map gains the keys); ``null`` leaves a string or number as it was
 wrong JSON type for its field is an error, saved while the rest is decoded, and returned at the end (the first
 one); an unsigned field takes only an integer literal without a sign that fits in 64 bits; invalid UTF-8 and lone
 surrogates in strings become U+FFFD; a field whose type unmarshals itself (``PodEntry``) ends the decoding at its first
-error. ``Struct.decode`` does this for one struct of kinds named below.
+error. ``Struct.decode`` does this for one struct of kinds named below. ``parse`` refuses what Go's syntax check
+(``checkValid``, which runs before any decoding) refuses, in its words.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
-from ..errors import CPUSetError, RestoreFailure
+from ..errors import CPUSetError, RestoreFailure, TypeMismatch
 from .cpuset import CPUSet
+from .go_json_syntax import syntax_error
+
+__all__ = ["TypeMismatch"]  # defined in errors.py; importable from here as before
 
 UINT64_MAX = (1 << 64) - 1
 # Field kinds, with the Go type an error names.
@@ -30,10 +34,6 @@ STRING, CHECKSUM, STRING_MAP, ENTRIES, POD_ENTRIES, BASELINES = (
 
 class GoNumber(str):
     """A JSON number literal that is not an integer without a sign (Go refuses it for an unsigned field)."""
-
-
-class TypeMismatch(Exception):
-    """Go's ``*json.UnmarshalTypeError`` (or an ``UnmarshalJSON`` error): the struct did not decode."""
 
 
 class Object(List[Tuple[str, Any]]):
@@ -50,23 +50,29 @@ def fix_surrogates(text: str) -> str:
 
 
 def _integer(literal: str) -> Any:
-    return GoNumber(literal) if literal.startswith("-") else int(literal)  # "-0" and negatives: not for uint64
+    """An integer literal; one with a sign, or too long for any uint64 (Python's int() also refuses very long ones),
+    stays a GoNumber: an unsigned field refuses it, naming its text."""
+    return GoNumber(literal) if literal.startswith("-") or len(literal) > 20 else int(literal)
 
 
-def parse(text: str) -> Any:
-    """The JSON document, or RestoreFailure where Go's syntax check refuses it."""
-    def bad_constant(name: str) -> Any:
-        raise RestoreFailure("invalid character '%s' looking for beginning of value" % name[0])
+class _NotForGo(ValueError):
+    """A literal Python's json reads and Go's does not (NaN, Infinity)."""
+
+
+def _not_for_go(name: str) -> Any:
+    raise _NotForGo(name)
+
+
+def parse(data: Union[bytes, str]) -> Any:
+    """The JSON document (bytes are read as UTF-8, an invalid sequence as U+FFFD), or RestoreFailure with Go's text
+    where Go's syntax check refuses it."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
     try:
-        return json.loads(text, parse_float=GoNumber, parse_int=_integer, parse_constant=bad_constant,
+        return json.loads(text, parse_float=GoNumber, parse_int=_integer, parse_constant=_not_for_go,
                           object_pairs_hook=Object)
-    except RestoreFailure:
-        raise
-    except ValueError as exc:
-        pos = getattr(exc, "pos", None)
-        if pos is not None and not text[pos:].strip():
-            raise RestoreFailure("unexpected end of JSON input") from None
-        raise RestoreFailure("invalid JSON: %s" % exc) from None
+    except (ValueError, RecursionError) as exc:
+        raw = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
+        raise RestoreFailure(syntax_error(raw) or "invalid JSON: %s" % exc) from None
 
 
 def go_type(value: Any) -> str:
@@ -85,8 +91,7 @@ def _mismatch(value: Any, struct: str, field: str, kind: str) -> TypeMismatch:
     shown = go_type(value)
     if shown == "number" and kind == CHECKSUM:  # a literal that does not fit is named with its text
         shown = "number %s" % value
-    return TypeMismatch("json: cannot unmarshal %s into Go struct field %s.%s of type %s" % (
-        shown, struct, field, kind))
+    return TypeMismatch(shown, struct, field, kind)
 
 
 def string(value: Any, struct: str, field: str, kind: str = STRING) -> Optional[str]:
@@ -119,9 +124,9 @@ def string_map(value: Any, struct: str, field: str) -> Optional[Dict[str, str]]:
 class _Partial(TypeMismatch):
     """A map decoded with a saved error: what it holds so far, and that error."""
 
-    def __init__(self, error: TypeMismatch, value: Any) -> None:
-        super().__init__(str(error))
-        self.value = value
+    def __init__(self, error: TypeMismatch, partial: Any) -> None:
+        super().__init__(error.value, error.struct, error.field, error.go_type)
+        self.partial = partial
 
 
 class Decoded(NamedTuple):
@@ -130,12 +135,15 @@ class Decoded(NamedTuple):
 
 
 class Struct:
-    """One Go struct: its name (for errors) and its JSON fields with their kinds."""
+    """One Go struct: its name (for errors) and its JSON fields with their kinds. ``embedded`` names, for the fields
+    of an embedded struct, that struct's type: Go's errors name such a field by its path through it
+    (``CPUManagerCheckpoint.CPUManagerCheckpointV2.policyName``)."""
 
-    def __init__(self, name: str, fields: Mapping[str, str]) -> None:
+    def __init__(self, name: str, fields: Mapping[str, str], embedded: Optional[Mapping[str, str]] = None) -> None:
         self.name = name
         self.fields = dict(fields)
         self._folded = {fold(field): field for field in self.fields}
+        self._paths = {field: "%s.%s" % (inner, field) for field, inner in (embedded or {}).items()}
 
     def zero(self) -> Dict[str, Any]:
         return {field: "" if kind == STRING else 0 if kind == CHECKSUM else {} for field, kind in self.fields.items()}
@@ -148,17 +156,17 @@ class Struct:
         if doc is None:
             return Decoded(values, None)
         if not isinstance(doc, Object):
-            return Decoded(values, TypeMismatch("json: cannot unmarshal %s into Go value of type state.%s" % (
-                go_type(doc), self.name)))
+            return Decoded(values, TypeMismatch(go_type(doc), go_type="state." + self.name))
         first: Optional[TypeMismatch] = None
         for key, value in doc:
             field = key if key in self.fields else self._folded.get(fold(key))
             if field is None:
                 continue
             try:
-                values[field] = self._value(self.fields[field], path + field, value, values[field])
+                values[field] = self._value(self.fields[field], path + self._paths.get(field, field), value,
+                                            values[field])
             except _Partial as exc:
-                values[field] = exc.value
+                values[field] = exc.partial
                 first = first or exc
             except TypeMismatch as exc:
                 first = first or exc
@@ -185,7 +193,10 @@ class Struct:
             return self._merge(merged, value, lambda inner: string_map(inner, self.name, field))
         if kind == POD_ENTRIES:
             for pod, entry in value:
-                merged[fix_surrogates(pod)] = _pod_entry(entry, pod)
+                try:
+                    merged[fix_surrogates(pod)] = _pod_entry(entry)
+                except TypeMismatch as exc:  # returned at once, named as Go's addErrorContext names it
+                    raise exc.within(self.name, field) from None
             return merged
         return self._merge(merged, value, lambda inner: _container_cpus(inner, self.name, field))
 
@@ -196,7 +207,7 @@ class Struct:
             try:
                 merged[fix_surrogates(key)] = item(inner)
             except _Partial as exc:
-                merged[fix_surrogates(key)] = exc.value
+                merged[fix_surrogates(key)] = exc.partial
                 first = first or exc
             except TypeMismatch as exc:
                 first = first or exc
@@ -209,17 +220,16 @@ _POD_ENTRY = Struct("podEntryJSON", {"cpuSet": STRING})
 _CONTAINER_CPUS = Struct("ContainerCPUs", {"baseline": STRING})
 
 
-def _pod_entry(value: Any, pod: str) -> CPUSet:
-    """``PodEntry.UnmarshalJSON``: its ``podEntryJSON``, then the CPU set parsed; an error of either ends the
-    decoding of the whole file."""
+def _pod_entry(value: Any) -> CPUSet:
+    """``PodEntry.UnmarshalJSON`` (state.go): json.Unmarshal into a ``podEntryJSON``, then ``cpuset.Parse``; an error
+    of either ends the decoding of the whole file."""
     decoded = _POD_ENTRY.decode(value)
     if decoded.error is not None:
         raise decoded.error
-    text = decoded.values["cpuSet"]
     try:
-        return CPUSet.parse(text)
+        return CPUSet.parse(decoded.values["cpuSet"])
     except CPUSetError as exc:
-        raise TypeMismatch('could not parse cpuset "%s" for pod "%s": %s' % (text, pod, exc.detail)) from None
+        raise TypeMismatch("failed to parse cpuset: %s" % exc.detail) from None
 
 
 def _container_cpus(value: Any, struct: str, field: str) -> Optional[Dict[str, str]]:

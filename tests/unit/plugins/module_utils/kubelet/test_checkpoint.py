@@ -88,9 +88,10 @@ def test_go_escaping_and_key_order():
 @pytest.mark.parametrize("raw,reason", [
     (b"", "unexpected end of JSON input"),
     (b'{"policyName": "static"', "unexpected end of JSON input"),
-    (b"[]", "json: cannot unmarshal array into Go value of type state.CPUManagerCheckpointV2"),
+    # 1.35's V2 struct is CPUManagerCheckpoint (CPUManagerCheckpointV2 is an alias of it): Go names the type
+    (b"[]", "json: cannot unmarshal array into Go value of type state.CPUManagerCheckpoint"),
     (b'{"policyName":"static","defaultCpuSet":"","checksum":"1"}',
-     "json: cannot unmarshal string into Go struct field CPUManagerCheckpointV2.checksum of type checksum.Checksum"),
+     "json: cannot unmarshal string into Go struct field CPUManagerCheckpoint.checksum of type checksum.Checksum"),
     (b'{"policyName":"static","defaultCpuSet":"","checksum":1.5}', "checksum.Checksum"),
     (b'{"policyName":"static","defaultCpuSet":"","checksum":-1}', "checksum.Checksum"),
     (b'{"policyName":"static","defaultCpuSet":"","entries":[],"checksum":0}', "cannot unmarshal array"),

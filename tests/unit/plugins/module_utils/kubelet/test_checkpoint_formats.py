@@ -5,10 +5,11 @@ would, or refuse where it would."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import RestoreFailure
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import CheckpointError, RestoreFailure
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import checksum
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint_formats import (data_checksum,
                                                                                                      read, v3_checksum,
@@ -17,6 +18,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.kubelet_versions import (POD_LEVEL,
                                                                                                    kubelet_version)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support import cli_run, restore_refusals
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -215,8 +217,10 @@ def test_a_v4_file_with_a_field_of_the_wrong_type_is_refused_as_1_37_refuses_it(
     text = _with(DERIVED_V4, field, literal)
     with pytest.raises(RestoreFailure) as raised:
         read(text.encode(), "static", V137)
-    assert str(raised.value) == ("could not load v4 checkpoint: json: cannot unmarshal %s into Go struct field "
-                                 "CPUManagerCheckpoint.%s of type %s" % (shown, field, go_type))
+    path = field if field == "dataChecksum" else "CPUManagerCheckpointV2." + field  # the embedded V2 struct's fields
+    assert str(raised.value) == ("could not load v4 checkpoint: failed to deserialize cpu manager checkpoint: json: "
+                                 "cannot unmarshal %s into Go struct field CPUManagerCheckpoint.%s of type %s" % (
+                                     shown, path, go_type))
     if field != "dataChecksum":  # a V2 field: every earlier kubelet, reading V2, refuses the file too
         for version in (V135, V136, V136_ON):
             with pytest.raises(RestoreFailure, match="json: cannot unmarshal"):
@@ -226,10 +230,13 @@ def test_a_v4_file_with_a_field_of_the_wrong_type_is_refused_as_1_37_refuses_it(
 @pytest.mark.parametrize("field, literal, message", [
     ("podEntries", '"x"', "json: cannot unmarshal string into Go struct field CPUManagerCheckpointData.podEntries of "
                           "type state.PodCPUAssignments"),
-    ("podEntries", '{"p": 5}', "json: cannot unmarshal number into Go value of type state.podEntryJSON"),
-    ("podEntries", '{"p": {"cpuSet": 7}}', "json: cannot unmarshal number into Go struct field podEntryJSON.cpuSet of "
-                                           "type string"),
-    ("podEntries", '{"p": {"cpuSet": "x"}}', 'could not parse cpuset "x" for pod "p"'),
+    # PodEntry.UnmarshalJSON's errors: a type error named by the enclosing struct and field path (Go's
+    # addErrorContext), the CPU set's as state.go words it
+    ("podEntries", '{"p": 5}', "json: cannot unmarshal number into Go struct field CPUManagerCheckpointData.podEntries "
+                               "of type state.podEntryJSON"),
+    ("podEntries", '{"p": {"cpuSet": 7}}', "json: cannot unmarshal number into Go struct field "
+                                           "CPUManagerCheckpointData.podEntries.cpuSet of type string"),
+    ("podEntries", '{"p": {"cpuSet": "x"}}', 'failed to parse cpuset: strconv.Atoi: parsing "x": invalid syntax'),
     ("baselines", "[]", "json: cannot unmarshal array into Go struct field CPUManagerCheckpointData.baselines of type "
                         "map[string]map[string]state.ContainerCPUs"),
     ("baselines", '{"p": {"c": "2"}}', "json: cannot unmarshal string into Go struct field "
@@ -264,3 +271,87 @@ def test_what_go_accepts_kubecpu_reads_the_same(text, version, entries):
 def test_a_file_with_the_kelvin_sign_in_a_key_matches_as_go_folds_it():
     text = DERIVED_V4.replace('"dataChecksum"', '"dataChec\u212asum"')  # K (U+212A) folds to k in Go
     assert read(text.encode(), "static", V137).state.to_dict()["entries"] == {"0b1c2d3e-pod-uid": {"app": "2-3"}}
+
+
+# --- every restore refusal in the real kubelets' words (issue 63, item 9) --------------------------------------------
+# Each row: (kubelet version and gates, format, corruption) -> what that kubelet's state.NewCheckpointState said for
+# the file, recorded by restore_refusals_oracle.go against k8s.io/kubernetes v1.35.4, v1.36.3 and v1.37.2 (1.38: as
+# 1.37.2, whose state packages v1.38.0-beta.0 has unchanged); tests/unit/support/restore_refusals_kubelet.json, with
+# the Go lines each text is made of. Where the texts come from (k8s.io/kubernetes@<release>/pkg/kubelet/cm/cpumanager/
+# state/, lines of that release):
+#   the wrapper "could not restore state from checkpoint: %v, please drain ...": state_checkpoint.go:64 (v1.35.4),
+#     :68 (v1.36.3), :67 (v1.37.2)
+#   'could not parse default cpu set %q: %v': state_checkpoint.go:124 (v1.35.4); '...: %w' :150 and :168 (v1.36.3)
+#   'could not parse default CPU set %q: %w': state_checkpoint.go:138 (v1.37.2)
+#   'could not parse cpuset %q for container %q in pod %q': :133 (v1.35.4), :153 and :171 (v1.36.3), :143 (v1.37.2)
+#   'could not parse Baseline cpuset %q for container %q in pod %q: %w': state_checkpoint.go:156 (v1.37.2, with
+#     InPlacePodVerticalScalingExclusiveCPUs)
+#   'configured policy %q differs from state checkpoint policy %q': :119 (v1.35.4), :146 and :164 (v1.36.3), :135
+#     (v1.37.2)
+#   'could not load v4 checkpoint: %w': state_checkpoint.go:203 (v1.37.2); 'failed to deserialize cpu manager
+#     checkpoint: %w' and '... checkpoint data: %w': checkpoint.go:198 and :201 (v1.37.2)
+#   'failed to parse cpuset: %w' (a pod entry's set): state.go:100 (v1.36.3, v1.37.2)
+#   "checkpoint is corrupted": pkg/kubelet/checkpointmanager/errors/errors.go:29
+#   "json: cannot unmarshal ..." and the syntax errors: Go's encoding/json decode.go:137, :139, scanner.go:173, :595;
+#   'strconv.Atoi: parsing %q: ...': Go's strconv/number.go:259; 'invalid range %q (%d > %d)': k8s.io/utils
+#     cpuset/cpuset.go:235
+RECORDED = restore_refusals.recorded()
+
+
+def _runs():
+    by_version = {(run["version"], tuple(sorted(run["gates"].items()))): run for run in RECORDED["kubelets"]}
+    for run in RECORDED["kubelets"]:
+        gates = tuple(sorted(run["gates"].items()))
+        said = by_version[(run.get("said_as", run["version"]), gates)]["said"]
+        yield run["version"], dict(gates), run["release"], said
+
+
+REFUSALS = [pytest.param(version, gates, case, text, RECORDED["from"].get(release, {}).get(text, []),
+                         id="%s%s:%s" % (version, "".join("+" + name for name, on in sorted(gates.items()) if on), case))
+            for version, gates, release, said in _runs() for case, text in sorted(said.items())]
+
+
+def _kubecpu_says(content, version, gates):
+    """What kubecpu says for the file where the kubelet's NewCheckpointState speaks: "" when it restores."""
+    try:
+        read(content.encode("utf-8"), restore_refusals.POLICY, kubelet_version(version, gates))
+    except RestoreFailure as exc:
+        return str(CheckpointError(restore_refusals.PATH, str(exc)))
+    return ""
+
+
+def test_the_recorded_answers_are_for_these_files_and_this_program():
+    assert RECORDED["files"] == restore_refusals.files()
+    with open(restore_refusals.ORACLE, "rb") as handle:
+        assert hashlib.sha256(handle.read()).hexdigest() == RECORDED["oracle_sha256"]
+    versions = {run["version"] for run in RECORDED["kubelets"]}
+    assert versions == {"1.35", "1.36", "1.37", "1.38"} and len(REFUSALS) == 7 * len(RECORDED["files"])
+    formats = {case.split("/")[0] for case in RECORDED["files"]}
+    assert formats == {"v1", "v2", "v3", "v4", "any"}
+
+
+@pytest.mark.parametrize("version, gates, case, said, made_of", REFUSALS)
+def test_every_restore_refusal_in_the_kubelets_words(version, gates, case, said, made_of):
+    """The file of ``case`` restores in kubecpu exactly when it restores in the kubelet, and a refusal is the
+    kubelet's text, word for word (``made_of``: the Go source lines of the text)."""
+    assert _kubecpu_says(RECORDED["files"][case], version, gates) == said, made_of
+
+
+def test_unparsable_default_cpu_set_in_the_kubelets_words(tmp_path):
+    """Issue 63, item 9: 1.37 says "default CPU set" where 1.35 and 1.36 say "default cpu set"; bin/kubecpu state
+    refuses the file with each kubelet's own text, and leaves it as it was."""
+    for fmt in ("v2", "v3", "v4"):
+        content = RECORDED["files"]["%s/default set unparsable" % fmt]
+        path = tmp_path / ("%s.state" % fmt)
+        path.write_text(content)
+        for version, gates, _release, said in _runs():
+            if gates:
+                continue
+            want = said["%s/default set unparsable" % fmt].replace(restore_refusals.PATH, str(path))
+            flags = ["state", "--kubelet-version", version, "--state", str(path)]
+            code, _out, err = cli_run.run(flags)
+            assert (code, err.strip()) == (1, want)
+            assert path.read_text() == content
+    v137 = dict(next(run for run in RECORDED["kubelets"] if run["version"] == "1.37" and not run["gates"]))["said"]
+    assert 'could not parse default CPU set "1.3": strconv.Atoi: parsing "1.3": invalid syntax' in v137[
+        "v4/default set unparsable"]

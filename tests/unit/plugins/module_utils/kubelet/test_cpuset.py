@@ -35,6 +35,10 @@ def test_parse_and_format(text, members, canonical):
     (" 1", 'strconv.Atoi: parsing " 1": invalid syntax'),
     ("1,", 'strconv.Atoi: parsing "": invalid syntax'),
     ("1_0", 'strconv.Atoi: parsing "1_0": invalid syntax'),
+    # the piece quoted as Go's %q quotes it (strconv.Quote), as the kubelet prints it
+    ("1\n", 'strconv.Atoi: parsing "1\\n": invalid syntax'),
+    ('0,"1"', 'strconv.Atoi: parsing "\\"1\\"": invalid syntax'),
+    ("\u00a0\u00e9", 'strconv.Atoi: parsing "\\u00a0\u00e9": invalid syntax'),
     ("99999999999", 'CPU id 99999999999 in "99999999999" exceeds the supported maximum %d' % MAX_CPU_ID),
     ("99999999999999999999", 'strconv.Atoi: parsing "99999999999999999999": value out of range'),
     ("0-99999999999", 'CPU id 99999999999 in "0-99999999999" exceeds the supported maximum %d' % MAX_CPU_ID),

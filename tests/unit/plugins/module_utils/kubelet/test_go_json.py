@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import RestoreFailure
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import errors
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet import go_json
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.go_json import (
     CHECKSUM, ENTRIES, POD_ENTRIES, STRING, Struct, TypeMismatch, fix_surrogates, fold, parse)
 
@@ -16,16 +18,23 @@ CHECKPOINT = Struct("CPUManagerCheckpointV2", {"policyName": STRING, "defaultCpu
                                                "checksum": CHECKSUM})
 
 
-@pytest.mark.parametrize("text, error", [
+@pytest.mark.parametrize("text, error", [  # Go's checkValid (encoding/json scanner.go), word for word
     ("", "unexpected end of JSON input"),
     ('{"a": 1', "unexpected end of JSON input"),
     ("NaN", "invalid character 'N' looking for beginning of value"),
     ('{"a": Infinity}', "invalid character 'I' looking for beginning of value"),
-    ("{'a': 1}", "invalid JSON"),
+    ("{'a': 1}", "invalid character '\\'' looking for beginning of object key string"),
+    ('{"a": -Infinity}', "invalid character 'I' in numeric literal"),
+    ('{"a": 1}}', "invalid character '}' after top-level value"),
+    ("\ufeff{}", "invalid character '\u00ef' looking for beginning of value"),  # the BOM's first byte, as a rune
+    (b'{"a": 1}\xff', "invalid character '\u00ff' after top-level value"),  # U+00FF is printable
+    (b'{"a": 1}\x80', "invalid character '\\u0080' after top-level value"),  # U+0080 is a control character
+    ("[" * 10001, "invalid character '[' exceeded max depth"),
 ])
 def test_what_gos_syntax_check_refuses(text, error):
-    with pytest.raises(RestoreFailure, match=error):
+    with pytest.raises(RestoreFailure) as raised:
         parse(text)
+    assert str(raised.value) == error
 
 
 @pytest.mark.parametrize("name, folded", [("policyName", "policyname"), ("\u017fum", "sum"), ("\u212aey", "key")])
@@ -73,4 +82,29 @@ def test_a_pod_entry_parses_its_cpu_set_and_its_error_ends_the_decoding():
     assert pods.decode(parse('{"podEntries": {"p": {"cpuSet": "1-2"}}}')).values["podEntries"] == {
         "p": CPUSet.parse("1-2")}
     failed = pods.decode(parse('{"podEntries": {"p": {"cpuSet": "x"}}}'))
-    assert isinstance(failed.error, TypeMismatch) and 'could not parse cpuset "x" for pod "p"' in str(failed.error)
+    assert isinstance(failed.error, TypeMismatch) and str(failed.error) == (
+        'failed to parse cpuset: strconv.Atoi: parsing "x": invalid syntax')
+
+
+def test_the_type_error_is_a_domain_error_still_named_by_go_json():
+    assert go_json.TypeMismatch is errors.TypeMismatch
+    inner = TypeMismatch("number", "podEntryJSON", "cpuSet", "string")  # what PodEntry.UnmarshalJSON's decoder says
+    assert str(inner.within("CPUManagerCheckpointData", "podEntries")) == (
+        "json: cannot unmarshal number into Go struct field CPUManagerCheckpointData.podEntries.cpuSet of type string")
+    bare = TypeMismatch("number", go_type="state.podEntryJSON")
+    assert str(bare) == "json: cannot unmarshal number into Go value of type state.podEntryJSON"
+    assert str(bare.within("CPUManagerCheckpointData", "podEntries")) == (
+        "json: cannot unmarshal number into Go struct field CPUManagerCheckpointData.podEntries of type "
+        "state.podEntryJSON")
+    other = TypeMismatch('failed to parse cpuset: strconv.Atoi: parsing "x": invalid syntax')
+    assert other.within("CPUManagerCheckpointData", "podEntries") is other  # not a type error: kept as it is
+
+
+def test_a_field_of_an_embedded_struct_is_named_through_it():
+    outer = Struct("CPUManagerCheckpoint", {"policyName": STRING, "data": STRING},
+                   embedded={"policyName": "CPUManagerCheckpointV2"})
+    assert str(outer.decode(parse('{"policyName": 5}')).error) == (
+        "json: cannot unmarshal number into Go struct field CPUManagerCheckpoint.CPUManagerCheckpointV2.policyName of "
+        "type string")
+    assert str(outer.decode(parse('{"data": 5}')).error) == (
+        "json: cannot unmarshal number into Go struct field CPUManagerCheckpoint.data of type string")
