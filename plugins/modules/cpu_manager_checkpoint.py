@@ -72,7 +72,7 @@ options:
     type: bool
     default: false
 notes:
-  - On a kubelet node stop the kubelet first; the role M(kubecpu.cpu_manager.kubelet_cpu_manager) does, for a
+  - On a kubelet node stop the kubelet first; the role P(kubecpu.cpu_manager.kubelet_cpu_manager#role) does, for a
     change without a drain.
 """
 
