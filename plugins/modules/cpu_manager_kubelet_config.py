@@ -95,6 +95,10 @@ options:
       - The kubelet's command-line arguments; its C(--feature-gates) are laid over O(config)'s C(featureGates), as
         the kubelet does, for the options' gates and the checkpoint format. A gate this configuration needs that the
         command line turns off is refused.
+      - A flag that sets what this module plans (C(--cpu-manager-policy), C(--cpu-manager-policy-options),
+        C(--cpu-manager-reconcile-period), C(--reserved-cpus), C(--kube-reserved), C(--system-reserved), their
+        C(-cgroup) flags, C(--topology-manager-policy), C(--topology-manager-scope),
+        C(--topology-manager-policy-options)) is refused: on the command line it overrides the configuration file.
       - Omitted, the command line of the running kubelet is read from C(/proc), the kubelet being the process named
         C(kubelet) that systemd runs in O(kubelet_service)'s cgroup, as root (real and effective user), running
         O(kubelet_binary) when it is given. Any local user can name a process C(kubelet); one that fails a check is not read, and
@@ -363,14 +367,14 @@ def plan(module: AnsibleModule) -> dict:
             raise ConfigError("kubelet_version is empty and there is no kubelet_binary to ask for it")
         version = ask_kubelet_version(binary)
     change = plan_change(params["config"], desired, topo, version, state=state,
-                         state_path=params["state_path"], flags=flag_gates(args))
+                         state_path=params["state_path"], flags=flag_gates(args), args=args)
     result = dict(changed=False, kubelet_args=args, kubelet_version=version, **change.to_dict(params["state_path"]))
     if search is not None:
         result["notes"] = result["notes"] + search.notes()
     if params["state_rewrite"]:
         settings = dict(params, **change.settings())
         adopt = adopter(node_config(settings, read_only=True), topo) if settings["policy"] == "static" else None
-        rewrite = rewrite_for(change, topo, state, adopt).to_dict(state)
+        rewrite = rewrite_for(change, topo, state, adopt, state_path=params["state_path"]).to_dict(state)
         result.update(rewritten_state=rewrite.pop("rewritten_state"), planned_from=rewrite.pop("planned_from"),
                       moves=rewrite.pop("moves"), rewrite=rewrite)
     return result

@@ -8,7 +8,7 @@ versions as 1.36). The kubelet configuration planner (``operations/kubelet_confi
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
 from .options import (ALIGN_BY_SOCKET, DISTRIBUTE_CPUS_ACROSS_CORES, DISTRIBUTE_CPUS_ACROSS_NUMA, FULL_PCPUS_ONLY,
@@ -96,6 +96,28 @@ def flag_gates(args: Sequence[str]) -> Dict[str, bool]:
                                   % (value, name.strip(), text.strip()))
             gates[name.strip()] = _GO_BOOLS[text.strip()]
     return gates
+
+
+# The kubelet's flags that set what kubecpu plans, each a KubeletConfiguration key: on the kubelet's command line a
+# flag overrides its key in the configuration file (kubernetes.io, "Set Kubelet Parameters Via A Configuration File").
+CONFIG_FLAGS = {"--cpu-manager-policy": "cpuManagerPolicy", "--cpu-manager-policy-options": "cpuManagerPolicyOptions",
+                "--cpu-manager-reconcile-period": "cpuManagerReconcilePeriod", "--reserved-cpus": "reservedSystemCPUs",
+                "--kube-reserved": "kubeReserved", "--system-reserved": "systemReserved",
+                "--kube-reserved-cgroup": "kubeReservedCgroup", "--system-reserved-cgroup": "systemReservedCgroup",
+                "--topology-manager-policy": "topologyManagerPolicy",
+                "--topology-manager-scope": "topologyManagerScope",
+                "--topology-manager-policy-options": "topologyManagerPolicyOptions"}
+
+
+def overriding_flags(args: Sequence[str]) -> List[str]:
+    """The flags of a kubelet's command line (``--name=value`` or ``--name value``) that override a key of its
+    configuration file that kubecpu plans (``CONFIG_FLAGS``), as given, in order."""
+    found = []
+    for index, arg in enumerate(args):
+        name, sep, _value = arg.partition("=")
+        if name in CONFIG_FLAGS:
+            found.append(arg if sep or index + 1 >= len(args) else "%s=%s" % (name, args[index + 1]))
+    return found
 
 
 def check_existing_gates(gates: Mapping[str, Any], minor: int) -> None:

@@ -14,26 +14,26 @@ import math
 import os
 import re
 from fractions import Fraction
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import (ConfigError, CPUSetError, KubecpuError, OptionError, PolicyError, QuantityError, RestoreFailure,
                       StateError)
 from ..kubelet.checkpoint_formats import read
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.discovery import CommandRunner, run_command
-from ..kubelet.feature_gates import NEWEST, check_existing_gates, cpu_gates, parse_version, topology_gates
+from ..kubelet.feature_gates import (NEWEST, check_existing_gates, cpu_gates, overriding_flags, parse_version,
+                                     topology_gates)
 from ..kubelet.kubelet_versions import DEFAULT, KubeletVersion, clamped
+from ..kubelet.memory_state import beside, read_memory_nodes
 from ..kubelet.options import PolicyOptions, go_map_repr, option_strings, parse_options, validate_for_machine
 from ..kubelet.policy import NO_RESERVATION, NONE, STATIC, ZERO_RESERVATION, new_policy, take_by_topology
 from ..kubelet.quantity import parse_quantity
 from ..kubelet.reservation import plan_reservation
-from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology
 from ..node.admission import Admission
 from ..node.config import NodeConfig
-from ..node.factory import build_manager
-from ..node.plan import Plan
-from ..node.what_if import adopt as adopt_running
+from ..node.judge import MemoryNodes
+from ..node.what_if import Running
 from .kubelet_health import check_unit
 from .rewrite import Adopter, Rewrite, rewrite_checkpoint
 
@@ -141,10 +141,12 @@ def _reserved(topo: Topology, desired: Desired, current: Mapping[str, Any],
 
 def state_verdict(data: Optional[bytes], policy: str, topo: Topology, reserved: CPUSet, *,
                   options: Mapping[str, str], state_path: str,
-                  kubelet: KubeletVersion = DEFAULT, admission: Optional[Admission] = None) -> Optional[str]:
+                  kubelet: KubeletVersion = DEFAULT, admission: Optional[Admission] = None,
+                  memory: Optional[MemoryNodes] = None) -> Optional[str]:
     """None when the kubelet would accept its checkpoint with this configuration (or there is none) and, with
-    ``admission`` (the new Topology Manager), admit every pinned pod again at its restart; else the kubelet's
-    "could not restore state from checkpoint" message, or the first pod its Topology Manager would reject."""
+    ``admission`` (the new Topology Manager), admit every pinned pod again at its restart (``node/judge.py``, with the
+    Memory Manager's pinned NUMA nodes, ``memory``); else the kubelet's "could not restore state from checkpoint"
+    message, or the first pod it would reject."""
     if data is None:
         return None
     try:
@@ -156,7 +158,7 @@ def state_verdict(data: Optional[bytes], policy: str, topo: Topology, reserved: 
                 'checkpoint file "%s" before restarting Kubelet' % (exc, state_path))
     except (StateError, PolicyError, OptionError) as exc:
         return str(exc)
-    rejected = admission.readmission(built, restored.state) if admission is not None else []
+    rejected = admission.readmission(built, restored.state, memory=memory) if admission is not None else []
     if rejected:
         first = rejected[0]
         return "pod %s container %s: %s%s" % (first["pod"], first["container"], first["reason"],
@@ -164,8 +166,10 @@ def state_verdict(data: Optional[bytes], policy: str, topo: Topology, reserved: 
     return None
 
 
-def rewrite_for(change: Change, topo: Topology, state: Optional[bytes], adopt: Optional[Adopter] = None) -> Rewrite:
-    """The checkpoint the kubelet accepts after ``change`` (no drain), with its moves (``rewrite``)."""
+def rewrite_for(change: Change, topo: Topology, state: Optional[bytes], adopt: Optional[Adopter] = None, *,
+                state_path: Optional[str] = None) -> Rewrite:
+    """The checkpoint the kubelet accepts after ``change`` (no drain), with its moves (``rewrite``), judged with the
+    running pods (``adopt``'s list, ``what_if.Running``) and the Memory Manager's checkpoint beside ``state_path``."""
     settings = change.settings()
     options = settings["policy_options"]
     if settings["policy"] == STATIC:  # the moves are chosen as this kubelet chooses
@@ -173,7 +177,9 @@ def rewrite_for(change: Change, topo: Topology, state: Optional[bytes], adopt: O
     policy = new_policy(settings["policy"], topo, settings["num_reserved"], change.reserved or None, options)
     admission = Admission(topo, settings["topology_manager_policy"], settings["topology_manager_scope"],
                           settings["topology_manager_policy_options"])
-    return rewrite_checkpoint(state, policy, admission=admission, adopt=adopt, kubelet=change.kubelet)
+    return rewrite_checkpoint(state, policy, admission=admission, adopt=adopt, kubelet=change.kubelet,
+                              memory=read_memory_nodes(beside(state_path)) if state_path else None,
+                              pods=adopt.pods() if isinstance(adopt, Running) else None)
 
 
 def _current_policy(current: Mapping[str, Any]) -> str:
@@ -181,11 +187,18 @@ def _current_policy(current: Mapping[str, Any]) -> str:
 
 
 def plan_change(current: Mapping[str, Any], desired: Desired, topo: Topology, version: str, *,
-                state: Optional[bytes], state_path: str, flags: Optional[Mapping[str, bool]] = None) -> Change:
-    """Validate ``desired`` against this kubelet and node, and compute the new config and the migration verdict.
+                state: Optional[bytes], state_path: str, flags: Optional[Mapping[str, bool]] = None,
+                args: Sequence[str] = ()) -> Change:
+    """Validate ``desired`` against this kubelet (its command line ``args``) and node, and compute the new config and
+    the migration verdict.
 
     Raises ConfigError (or another KubecpuError) with one clear message when the kubelet would refuse it.
     """
+    overriding = overriding_flags(args)
+    if overriding:  # the kubelet runs what they say, whatever the file this plans says
+        raise ConfigError("the kubelet's command line sets %s: a flag there overrides the configuration file, which "
+                          "is what kubecpu plans; move the setting into the file (or remove it) first"
+                          % ", ".join(overriding))
     if not isinstance(current, Mapping):
         raise ConfigError("the kubelet configuration is not a mapping of keys to values")
     kind = current.get("kind")
@@ -279,7 +292,8 @@ def plan_change(current: Mapping[str, Any], desired: Desired, topo: Topology, ve
     before, reserved_now = _verdict_now(current, current_options, topo, state, state_path=state_path,
                                         kubelet=kubelet)
     after = state_verdict(state, desired.policy, topo, reserved, options=options, state_path=state_path,
-                          kubelet=kubelet, admission=Admission(topo, tm_policy, tm_scope, tm_options))
+                          kubelet=kubelet, admission=Admission(topo, tm_policy, tm_scope, tm_options),
+                          memory=read_memory_nodes(beside(state_path)))
     notes.extend(_format_notes(state, desired.policy, kubelet))
     return Change(new, changed, reserved, source, needed, before, after, notes, _current_policy(current), reserved_now,
                   kubelet, current_options)
@@ -518,11 +532,7 @@ def ask_kubelet_version(binary: str, run: CommandRunner = run_command) -> str:
     return line
 
 
-def adopter(config: NodeConfig, topology: Topology) -> Adopter:
-    """``what_if.adopt`` with a read-only manager for ``config`` (the runtime opened on first use, closed after)."""
-    def adopt(state: CPUState) -> Plan:
-        with build_manager(config._replace(read_only=True), with_runtime=True, topology=topology,
-                           checks=False) as manager:
-            return adopt_running(manager, state)
-
-    return adopt
+def adopter(config: NodeConfig, topology: Topology) -> Running:
+    """``what_if.adopt`` with a read-only manager for ``config`` (the runtime listed once on first use, closed after),
+    and the running pods the judge admits again (``Running.pods``)."""
+    return Running(config, topology)

@@ -193,6 +193,7 @@ def test_kubelet_config_adopts_the_running_pods_on_none_to_static(tmp_path, caps
     assert result["checkpoint"]["kubelet"] == "1.35"  # an older kubelet follows 1.35's checkpoint rules
     assert json.loads(result["rewritten_state"])["entries"] == {WEB_UID: {"main": "1-2"}}
     assert [argv for argv in calls(node["log"]) if "update" in argv] == []  # the runtime is only read
+    assert len([argv for argv in calls(node["log"]) if "ps" in argv]) == 1  # listed once: adopted and judged
 
 
 GATES = {"PodLevelResourceManagers": True, "InPlacePodVerticalScalingExclusiveCPUs": True}

@@ -4,8 +4,10 @@ configuration (only the managed keys change), and the state-file verdict that dr
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import re
 import tempfile
 
 import pytest
@@ -280,6 +282,41 @@ def test_gates_on_the_kubelets_command_line_count_over_the_files():
                                           "=false, which this configuration needs on"):
         plan_change(KUBEADM, Desired(num_reserved=2, policy_options={"distribute-cpus-across-cores": "true"}), TOPO,
                     "1.36", state=None, state_path=STATE, flags={"CPUManagerPolicyAlphaOptions": False})
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--config=/var/lib/kubelet/config.yaml", "--cpu-manager-policy=none"], "--cpu-manager-policy=none"),
+    (["--topology-manager-policy", "single-numa-node"], "--topology-manager-policy=single-numa-node"),
+    (["--topology-manager-scope=pod", "--reserved-cpus=0-1"], "--topology-manager-scope=pod, --reserved-cpus=0-1"),
+    (["--cpu-manager-policy-options=full-pcpus-only=true"], "--cpu-manager-policy-options=full-pcpus-only=true"),
+    (["--kube-reserved=cpu=1"], "--kube-reserved=cpu=1"),
+    (["--topology-manager-policy-options=prefer-closest-numa-nodes=true"], "--topology-manager-policy-options"),
+])
+def test_cpu_and_topology_manager_flags_override_the_file_and_are_refused_not_ignored(args, named):
+    """(Issue 63, suspected: confirmed.) On the kubelet's command line a flag overrides its key in the configuration
+    file, and the planner read only the file: it planned (and rewrote the checkpoint) for a configuration the kubelet
+    does not run. A flag that sets what kubecpu plans is refused, named."""
+    with pytest.raises(ConfigError, match="the kubelet's command line sets %s" % re.escape(named)):
+        plan_change(STATIC_CFG, Desired(num_reserved=2), TOPO, "1.35", state=None, state_path=STATE, args=args)
+    others = ["--config=/var/lib/kubelet/config.yaml", "--feature-gates=CPUManagerPolicyAlphaOptions=true",
+              "--node-ip", "10.0.0.1", "--v=2"]
+    assert plan_change(STATIC_CFG, Desired(num_reserved=2), TOPO, "1.35", state=None, state_path=STATE,
+                       args=others).config["reservedSystemCPUs"] == "0,8"
+
+
+def test_the_migration_verdict_counts_the_memory_the_memory_manager_pinned(tmp_path):
+    """(Issue 63, case 2.) Turning single-numa-node on where pod-m's CPUs are on NUMA 0 and its memory on NUMA 1: the
+    restarted kubelet's hints disagree and it rejects pod-m, so the change needs the rewrite."""
+    path = tmp_path / "cpu_manager_state"
+    (tmp_path / "memory_manager_state").write_text(json.dumps({"policyName": "Static", "entries": {
+        "pod-m": {"app": [{"numaAffinity": [1], "type": "memory", "size": 1073741824}]}}}))
+    data = state_bytes("static", "0,3-8,11-15", {("pod-m", "app"): "1-2,9-10"})
+    change = plan_change(STATIC_CFG, Desired(topology_manager_policy="single-numa-node"), TOPO, "1.35", state=data,
+                         state_path=str(path))
+    assert change.migration_required and "its memory pinned to NUMA node(s) [1]" in change.verdict_after
+    (tmp_path / "memory_manager_state").unlink()
+    assert not plan_change(STATIC_CFG, Desired(topology_manager_policy="single-numa-node"), TOPO, "1.35", state=data,
+                           state_path=str(path)).migration_required
 
 
 # The running kubelet, as its unit identifies it (issue 62, finding 4): fake /proc trees in a temporary directory,
