@@ -190,3 +190,20 @@ def state_of(default, entries):
         for name, cpus in containers.items():
             built.set(pod, name, CPUSet.parse(cpus))
     return built
+
+
+def test_a_file_the_restarted_kubelet_would_reject_a_pod_of_is_never_written(node, tmp_path):
+    """(Issue 63: one judge at every write.) The file passes the start validation, but with full-pcpus-only and no
+    free CPU left the restarted kubelet's SMT check rejects pod-a when it admits it again: the write refuses, in
+    check mode too, with the kubelet's text and the word drain; the file on disk stays as it was, nothing is kept
+    aside. The same file is written where a free CPU is left."""
+    path = tmp_path / "state"
+    before = checkpoint_file("0,3", {"pod-a": {"app": "1-2"}})
+    path.write_bytes(before)
+    full = checkpoint_file("0", {"pod-a": {"app": "1-3"}}).decode()
+    for apply in (False, True):
+        with pytest.raises(StateError, match=r"would refuse this checkpoint \(pod pod-a container app: SMT Alignment "
+                                             r"Error: not enough free physical CPUs.*drain"):
+            target(node, path, policy_options={"full-pcpus-only": "true"}).run("write", content=full, apply=apply)
+    assert path.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["node", "state"]
+    assert target(node, path).run("write", content=full)["changed"]  # without the option the kubelet admits it
