@@ -12,7 +12,9 @@
 #
 # Go builds are cached outside the clone by name and version (~/.cache/kubecpu/upstream/NAME-VERSION, or
 # $KUBECPU_UPSTREAM_CACHE), as is Go's own module cache: a version is built once per machine. Nothing is installed
-# over the machine's packages. Safe to run again, and from several processes at once (a lock per runtime).
+# over the machine's packages, and nothing is added to /etc/apt or to apt's lists: Debian's other suites are read
+# through lists of this script's own in a temporary directory. Safe to run again, and from several processes at once
+# (a lock per runtime).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONTAINERD2_VERSION=v2.4.2
@@ -21,31 +23,44 @@ CRIO_VERSION=v1.36.3  # the newest 1.36 the proxy serves (it lists no versions f
 cache=${KUBECPU_UPSTREAM_CACHE:-$HOME/.cache/kubecpu/upstream}
 [[ -n $(command -v go) || ! -x /usr/local/go/bin/go ]] || PATH=/usr/local/go/bin:$PATH  # Go from its tarball, not on PATH
 
-# Debian's package of another suite (trixie, sid), downloaded at a low apt priority (never chosen on its own).
+# Debian's package of another suite (trixie, sid), downloaded through apt with a source list, package lists and cache
+# of its own in a temporary directory, removed afterwards: the machine's apt sources, pins and lists are left as they
+# were (apt's configuration, a proxy included, still applies).
 debian_containerd() {
   local suite=$1 dest=$2
+  forget_old_sources "$suite"
   if [[ ! -x $dest/usr/bin/containerd ]]; then locked "debian-$suite"; fi
   if [[ -x $dest/usr/bin/containerd ]]; then
     echo "$(pwd)/$dest/usr/bin"
     return
   fi
-  local sources=/etc/apt/sources.list.d/kubecpu-$suite.sources
-  if [[ ! -f $sources ]]; then
-    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: main\nSigned-By: %s\n' \
-      "$suite" /usr/share/keyrings/debian-archive-keyring.gpg > "$sources"
-    printf 'Package: *\nPin: release n=%s\nPin-Priority: 100\n' "$suite" > "/etc/apt/preferences.d/kubecpu-$suite"
-    apt-get update -qq >&2
-  fi
   local work
   work=$(mktemp -d)
-  (cd "$work" && apt-get download -q "containerd/$suite") >&2
+  trap "rm -rf '$work'" EXIT  # a failed download leaves nothing behind either
+  local apt=(-q -o "Dir::Etc::SourceList=$work/sources.list" -o "Dir::Etc::SourceParts=$work/sources.list.d"
+             -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o "APT::Sandbox::User=root")
+  mkdir -p "$work/sources.list.d" "$work/lists/partial" "$work/cache/archives/partial" "$work/deb"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $suite main" \
+    > "$work/sources.list"
+  apt-get "${apt[@]}" update -qq >&2
+  (cd "$work/deb" && apt-get "${apt[@]}" download "containerd/$suite") >&2
   rm -rf "$dest.tmp"
   mkdir -p "$dest.tmp"
-  dpkg-deb -x "$work"/containerd_*.deb "$dest.tmp"
+  dpkg-deb -x "$work"/deb/containerd_*.deb "$dest.tmp"
   rm -rf "$work" "$dest"
   mv "$dest.tmp" "$dest"
   "$dest/usr/bin/containerd" --version >&2
   echo "$(pwd)/$dest/usr/bin"
+}
+
+# Before 2026-12-07 this script added the suite to /etc/apt (a source and a pin at priority 100): taken back, and
+# apt's lists brought again without it.
+forget_old_sources() {
+  local suite=$1 file removed=""
+  for file in "/etc/apt/sources.list.d/kubecpu-$suite.sources" "/etc/apt/preferences.d/kubecpu-$suite"; do
+    if [[ -f $file && -w ${file%/*} ]]; then rm -f "$file"; removed=1; fi
+  done
+  if [[ -n $removed ]]; then apt-get update -qq >&2 || true; fi  # apt's own lock: a second one at once fails
 }
 
 # `go install PACKAGE@VERSION` for each package, static, into the cache (the module's own go.mod decides every
