@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: set-up, ruff, mypy, yamllint, unit/property/reliability tests, ansible-test sanity,
-# and a quick run of the benchmarks (they must keep working). Exits non-zero on the first failing stage.
+# The whole test suite: set-up, ruff, mypy, yamllint, the collection built and installed from a requirements.yml, its
+# docsite, unit/property/reliability tests, ansible-test sanity, integration tests, Molecule, the guest stage and a quick
+# run of the benchmarks (they must keep working). Exits non-zero on the first failing stage. What it installs or
+# changes outside the clone: CONTRIBUTING.md.
 set -euo pipefail
 # The suite's Python processes keep their bytecode (__pycache__ is ignored by git and by the collection's build): an
 # environment that sets PYTHONDONTWRITEBYTECODE makes every bin/kubecpu, agent and pytest worker compile the core
@@ -10,8 +12,12 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 started=$SECONDS
 cpu_at_start=$(head -1 /proc/stat)  # the machine's CPU time by kind (the timings table says how busy it was)
-work="" installed="" sanity_log="" molecule_log="" runtimes_log=""
-guest_pid="" sanity_pid="" molecule_pid="" runtimes_pid=""
+work="" installed="" sanity_log="" molecule_log="" runtimes_log="" docs_log=""
+guest_pid="" sanity_pid="" molecule_pid="" runtimes_pid="" docs_pid=""
+# podman's settings for this machine, which scripts/molecule-image.sh adds to /etc/containers/containers.conf: taken
+# back at the end when this run added them (CONTRIBUTING.md lists what the suite changes outside the clone)
+podman_settings_added=""
+grep -qsF '# kubecpu molecule settings' /etc/containers/containers.conf || podman_settings_added=1
 # The timing table printed at the end of every run, passed or failed: each stage's seconds (a stage ends where the
 # next begins), then the guest stage's groups and their parts (scripts/guest.py writes them to timings.tsv).
 # Beside the seconds, the CPU seconds of each stage's processes: what a stage costs the guests beside it on a machine
@@ -93,9 +99,11 @@ collect() {
 trap 'code=$?; if [[ -n $guest_pid ]] && kill "$guest_pid" 2>/dev/null; then wait "$guest_pid" || true; fi
       if [[ -n $runtimes_pid ]] && kill "$runtimes_pid" 2>/dev/null; then wait "$runtimes_pid" || true; fi
       if [[ -n $sanity_pid ]] && kill "$sanity_pid" 2>/dev/null; then wait "$sanity_pid" || true; fi
+      if [[ -n $docs_pid ]] && kill "$docs_pid" 2>/dev/null; then wait "$docs_pid" || true; fi
       if [[ -n $molecule_pid ]] && kill -- "-$molecule_pid" 2>/dev/null; then wait "$molecule_pid" || true
         podman rm -f -t 0 kubecpu-kubelet-node kubecpu-agent-node >/dev/null 2>&1 || true; fi
-      rm -rf ${work:+"$work"} ${installed:+"$installed"} ${sanity_log:+"$sanity_log"} ${molecule_log:+"$molecule_log"} ${runtimes_log:+"$runtimes_log"}
+      if [[ -n $podman_settings_added ]]; then bash scripts/molecule-image.sh --remove-settings || true; fi
+      rm -rf ${work:+"$work"} ${installed:+"$installed"} ${sanity_log:+"$sanity_log"} ${molecule_log:+"$molecule_log"} ${runtimes_log:+"$runtimes_log"} ${docs_log:+"$docs_log"}
       timings; rm -f "$times_file"; exit $code' EXIT
 
 stage packages "system packages: python3 (the guest stage starts before the virtual environment), containerd, runc, busybox-static, podman and conmon (CRI-O runs with them), gcc and make (CRI-O's pinns), debootstrap, chromium, qemu-system-x86, e2fsprogs (apt-get when missing)"
@@ -142,17 +150,20 @@ ruff check plugins tests bin/kubecpu benchmarks scripts/lab.py scripts/guest.py 
 stage mypy "plugins/module_utils"
 mypy
 stage yamllint "yamllint"
-yamllint -s -d '{extends: default, rules: {line-length: {max: 160}, document-start: {present: true}}}' \
+# changelogs/changelog.yaml is antsibull-changelog's, in its own layout, rewritten at each release
+yamllint -s -d '{extends: default, ignore: [changelogs/changelog.yaml], rules: {line-length: {max: 160}, document-start: {present: true}}}' \
   galaxy.yml meta changelogs tests/integration/modules.yml tests/integration/crictl.yml roles playbooks extensions examples
 stage ansible-lint "at the collection root, as Galaxy's importer runs it (production profile, .ansible-lint)"
 ANSIBLE_COLLECTIONS_PATH="$root/.cache/collections" ansible-lint --offline --profile production
 stage changelog "antsibull-changelog lint"
 antsibull-changelog lint
 
-stage build "ansible-galaxy collection build, installed for the integration tests and Molecule"
+stage build "ansible-galaxy collection build, installed as users install it (ansible-galaxy collection install -r requirements.yml, the tarball as type file, offline) for the integration tests and Molecule"
 installed=$(mktemp -d "${TMPDIR:-/tmp}/kubecpu-installed.XXXXXX")
 ansible-galaxy collection build --force --output-path "$installed" . >/dev/null
-ansible-galaxy collection install --offline --force -p "$installed/collections" "$installed"/kubecpu-cpu_manager-*.tar.gz >/dev/null
+printf -- '---\ncollections:\n  - name: %s\n    type: file\n' "$(ls "$installed"/kubecpu-cpu_manager-*.tar.gz)" \
+  > "$installed/requirements.yml"
+ansible-galaxy collection install --offline --force -r "$installed/requirements.yml" -p "$installed/collections" >/dev/null
 export KUBECPU_COLLECTIONS_PATH="$installed/collections"
 ls "$KUBECPU_COLLECTIONS_PATH/ansible_collections/kubecpu/cpu_manager/roles" "$installed"/kubecpu-cpu_manager-*.tar.gz
 # the guest stage's host-side tests may start now: this interpreter, the built collection (written whole, then renamed)
@@ -164,6 +175,13 @@ with open(ready + ".tmp", "w", encoding="utf-8") as handle:
               handle)
 os.replace(ready + ".tmp", ready)
 PY
+
+stage docs-start "the docsite started in the background (scripts/docsite.py): antsibull-docs lints the installed collection's documentation (modules, role argument specs, docs/docsite) and builds its pages into tests/output/docsite, one for every module, role and playbook; its output at the end"
+docs_log=$(mktemp)
+rm -rf tests/output/docsite
+python scripts/docsite.py "$KUBECPU_COLLECTIONS_PATH/ansible_collections/kubecpu/cpu_manager" tests/output/docsite \
+  > "$docs_log" 2>&1 &
+docs_pid=$!
 
 stage ee "execution environment: ansible-builder create with the built collection, and its requirements as introspect reads them"
 ee="$installed/ee"
@@ -228,6 +246,9 @@ for bench in allocation state reconcile fleet defrag housekeeping hook hook_lock
   python "benchmarks/$bench.py" --quick
   printf '%s\t%d\n' "$bench" $((SECONDS - start)) >> tests/output/benchmarks.tsv
 done
+
+stage docs-wait "the docsite: waiting for it, then its output"
+collect docs_pid "$docs_log" "the docsite"
 
 stage molecule-wait "Molecule: waiting for it, then its output"
 collect molecule_pid "$molecule_log" Molecule
