@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ..errors import TopologyAffinityError
 from ..kubelet.cpuset import CPUSet
+from ..kubelet.device_state import DeviceNodes
 from ..kubelet.hints import TopologyHint
 from ..kubelet.pod import Pod
 from ..kubelet.policy import Policy
@@ -55,18 +56,18 @@ class Admission:
                                         % (self.manager.policy, self.scope, shown))
         return merged.nodes
 
-    def judge(self, policy: Policy, *, memory: Optional[MemoryNodes] = None,
-              pods: Optional[Sequence[Pod]] = None) -> Judge:
+    def judge(self, policy: Policy, *, memory: Optional[MemoryNodes] = None, pods: Optional[Sequence[Pod]] = None,
+              devices: Optional[DeviceNodes] = None) -> Judge:
         """The restarted kubelet with this Topology Manager in front of ``policy`` (``node/judge.py``)."""
-        return Judge(policy, self.manager, self.scope, memory=memory, pods=pods)
+        return Judge(policy, self.manager, self.scope, memory=memory, pods=pods, devices=devices)
 
-    def readmission(self, policy: Policy, state: CPUState, *,
-                    memory: Optional[MemoryNodes] = None) -> List[Dict[str, str]]:
+    def readmission(self, policy: Policy, state: CPUState, *, memory: Optional[MemoryNodes] = None,
+                    devices: Optional[DeviceNodes] = None) -> List[Dict[str, str]]:
         """The pods a restarted kubelet with this Topology Manager would reject when it admits the running pods again
         (``node/judge.py``, the pods read from the checkpoint alone), each with the kubelet's reason."""
         if self.manager is None:
             return []
-        return [refusal.to_dict() for refusal in self.judge(policy, memory=memory).readmission(state)]
+        return [refusal.to_dict() for refusal in self.judge(policy, memory=memory, devices=devices).readmission(state)]
 
     def report(self, simulated: Plan, skipped: List[Dict[str, str]]) -> Dict[str, Any]:
         """The what-if document from a plan that allocated every running container afresh."""

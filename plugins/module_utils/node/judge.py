@@ -8,9 +8,10 @@ ALGORITHM.md section 6) and then admits every running pod again, in creation ord
 - the Topology Manager merges the hint providers' answers per container (scope ``container``) or once per pod (scope
   ``pod``). The CPU manager's hints come from the CPUs a container already holds, alone (under the pod scope, from
   all its containers' CPUs together; ALGORITHM.md section 9, HINTS.md); the Memory Manager's (policy ``Static``)
-  from the NUMA nodes its checkpoint pinned the container's memory to, one preferred hint. ``restricted`` and
-  ``single-numa-node`` reject a pod whose merged hint is not preferred ("Resources cannot be allocated with Topology
-  locality");
+  from the NUMA nodes its checkpoint pinned the container's memory to, one preferred hint; the Device Manager's from
+  the NUMA nodes of the devices its checkpoint allocated to the container (every NUMA combination holding them,
+  preferred when no wider than they are). ``restricted`` and ``single-numa-node`` reject a pod whose merged hint is
+  not preferred ("Resources cannot be allocated with Topology locality");
 - then the CPU manager's Allocate for each container, init containers first (section 7): full-pcpus-only's SMT
   check runs even for a container that holds CPUs; a container without an entry gets CPUs afresh (a finished init
   container without one: from the free CPUs, since its app containers' CPUs are not its to reuse), and a failure
@@ -18,9 +19,10 @@ ALGORITHM.md section 6) and then admits every running pod again, in creation ord
 
 A rejected pod is killed. ``Judge`` replays all this on a copy of the state and returns the refusals, each naming
 the pod, the container and the kubelet's text. The pods are the runtime's (``pod_views.running_pods``); without a
-runtime they are read from the checkpoint itself (``checkpoint_pods``). Not seen: a device plugin's hints (the
-device manager's checkpoint holds no NUMA node of the devices it did not allocate, which its hints count), and the
-Memory Manager's hints for a container whose memory it did not pin (computed from free memory, which no file shows).
+runtime they are read from the checkpoint itself (``checkpoint_pods``). Not seen: the Memory Manager's hints for a
+container whose memory it did not pin (computed from free memory, which no file shows), and of the Device Manager's,
+whether a narrower NUMA combination than the allocated devices' could hold as many of the resource's devices (its
+checkpoint lists only the devices it allocated): a hint as wide as the devices is taken to be preferred.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequenc
 from ..errors import AllocationError, RestoreFailure, SMTAlignmentError, StateError, TopologyAffinityError
 from ..kubelet.checkpoint_formats import read
 from ..kubelet.cpuset import CPUSet
-from ..kubelet.hints import Hints, TopologyHint
+from ..kubelet.device_state import DeviceNodes
+from ..kubelet.hints import Hints, TopologyHint, iterate_masks
 from ..kubelet.kubelet_versions import DEFAULT, KubeletVersion
 from ..kubelet.pod import Container, Pod
 from ..kubelet.policy import Policy
@@ -104,15 +107,18 @@ def _shown(hints: Hints) -> str:
 class Judge:
     """The restarted kubelet under ``policy`` and its Topology Manager (``manager``, None for the ``none`` policy, and
     ``scope``; ``node/admission.py`` builds it: ``Admission.judge``), with the Memory Manager's pinned NUMA nodes
-    (``memory``, ``kubelet/memory_state.py``) and the running pods in creation order (``pods``; None: the
+    (``memory``, ``kubelet/memory_state.py``), the NUMA nodes of the devices the Device Manager allocated
+    (``devices``, ``kubelet/device_state.py``) and the running pods in creation order (``pods``; None: the
     checkpoint's own, ``checkpoint_pods``)."""
 
     def __init__(self, policy: Policy, manager: Optional[TopologyManager] = None, scope: str = "container", *,
-                 memory: Optional[MemoryNodes] = None, pods: Optional[Sequence[Pod]] = None) -> None:
+                 memory: Optional[MemoryNodes] = None, pods: Optional[Sequence[Pod]] = None,
+                 devices: Optional[DeviceNodes] = None) -> None:
         self.policy = policy
         self.manager = manager
         self.scope = scope
         self.memory: Dict[Tuple[str, str], FrozenSet[int]] = dict(memory or {})
+        self.devices: DeviceNodes = dict(devices or {})
         self.pods = None if pods is None else list(pods)
 
     def file(self, data: bytes, kubelet: KubeletVersion = DEFAULT) -> Optional[Refusal]:
@@ -172,23 +178,50 @@ class Judge:
                 return sorted(nodes)
         return None
 
+    def placement(self, pod_uid: str, names: Sequence[str]) -> Optional[List[int]]:
+        """The NUMA nodes CPUs moved for ``names`` belong on: their pinned memory's (``memory_hint``), else their
+        devices'; None: anywhere."""
+        memory = self.memory_hint(pod_uid, names)
+        if memory is not None:
+            return memory
+        held = [nodes for name in names for nodes in self.devices.get((pod_uid, name), {}).values()]
+        return sorted(frozenset().union(*held)) or None
+
+    def _device_hints(self, pod_uid: str, names: Sequence[str]) -> Optional[Dict[str, Optional[List[TopologyHint]]]]:
+        """GetTopologyHints (or, for a pod, GetPodTopologyHints) of the Device Manager for devices already allocated:
+        per resource, every NUMA combination holding all of them, preferred when no wider than they are."""
+        per_resource: Dict[str, FrozenSet[int]] = {}
+        for name in names:
+            for resource, nodes in self.devices.get((pod_uid, name), {}).items():
+                per_resource[resource] = per_resource.get(resource, frozenset()) | nodes
+        if not per_resource:
+            return None
+        machine = sorted(self.policy.topology.numa_cpus)
+        return {resource: [TopologyHint(mask, len(mask) == len(nodes)) for mask in iterate_masks(machine)
+                           if nodes.issubset(mask)] for resource, nodes in sorted(per_resource.items())}
+
     def _merge(self, state: CPUState, pod: Pod, cpu: Hints, names: Sequence[str]) -> Tuple[Optional[List[int]],
                                                                                            Optional[Refusal]]:
         manager = self.manager
         assert manager is not None
         nodes = self.memory_hint(pod.uid, names)
         memory = None if nodes is None else [TopologyHint(tuple(nodes), True)]
-        providers: Providers = [{"cpu": cpu}, None if memory is None else {"memory": memory}]
+        devices = self._device_hints(pod.uid, names)
+        providers: Providers = [{"cpu": cpu}, None if memory is None else {"memory": memory}, devices]
         merged = manager.merge(providers)
         if merged.admit:
             return merged.nodes, None
         held = CPUSet().union(*(cpus for name in names for cpus in [state.get(pod.uid, name)] if cpus is not None))
         topo = self.policy.topology
         where = sorted({topo.loc[cpu][2] for cpu in held if cpu in topo.loc})
-        detail = ("topology manager policy %s, scope %s, rejects CPUs %s on NUMA node(s) %s%s when the restarted "
+        devices_on = sorted(frozenset().union(*(on for name in names
+                                                 for on in self.devices.get((pod.uid, name), {}).values())))
+        detail = ("topology manager policy %s, scope %s, rejects CPUs %s on NUMA node(s) %s%s%s when the restarted "
                   "kubelet admits the pod again (CPU hints %s, memory hints %s)"
                   % (manager.policy, self.scope, held or "none", where, "" if nodes is None else
-                     ", its memory pinned to NUMA node(s) %s," % nodes, _shown(cpu), _shown(memory)))
+                     ", its memory pinned to NUMA node(s) %s," % nodes,
+                     ", its devices on NUMA node(s) %s," % devices_on if devices_on else "", _shown(cpu),
+                     _shown(memory)))
         return None, Refusal(pod.uid, ", ".join(names), TopologyAffinityError.TEXT, detail)
 
     def _admit(self, state: CPUState, pod: Pod) -> Optional[Refusal]:

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import ContainerRuntimeError
 from ..kubelet.cpuset import CPUSet
+from ..kubelet.device_state import devices_beside, read_device_nodes
 from ..kubelet.memory_state import beside, read_memory_nodes
 from ..kubelet.pod import Pod
 from ..kubelet.policy import Policy
@@ -80,9 +81,10 @@ class Running:
 
 def judge_for(config: NodeConfig, policy: Policy, topology: Topology, pods: Optional[List[Pod]] = None) -> Judge:
     """The judge (``node/judge.py``) of the checkpoint at ``config.state_path`` under ``policy``: the Topology Manager
-    of ``config`` and the Memory Manager's checkpoint beside that file (none there: no memory pinned); ``pods``, the
-    running pods (None: the checkpoint's own)."""
+    of ``config``, the Memory Manager's checkpoint beside that file and the Device Manager's below its directory (none
+    there: nothing pinned); ``pods``, the running pods (None: the checkpoint's own)."""
     options = config.options
     admission = Admission(topology, options.topology_manager_policy, options.topology_manager_scope,
                           options.topology_manager_options)
-    return admission.judge(policy, memory=read_memory_nodes(beside(config.state_path)), pods=pods)
+    return admission.judge(policy, memory=read_memory_nodes(beside(config.state_path)), pods=pods,
+                           devices=read_device_nodes(devices_beside(config.state_path)))

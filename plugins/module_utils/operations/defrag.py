@@ -39,6 +39,7 @@ from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequenc
 from ..errors import ConfigError, PolicyError, StateError
 from ..kubelet.checkpoint_formats import write
 from ..kubelet.cpuset import CPUSet
+from ..kubelet.device_state import DeviceNodes, devices_beside, read_device_nodes
 from ..kubelet.memory_state import beside, read_memory_nodes
 from ..kubelet.options import PolicyOptions
 from ..kubelet.policy import STATIC, StaticPolicy
@@ -104,30 +105,35 @@ Unit = Tuple[str, Tuple[str, ...], FrozenSet[int]]
 class Limits(NamedTuple):
     """Where units may go beyond the policy's own rules: ``within`` (``isolated_cpus: only``: the isolated CPUs),
     ``pods_whole`` (pod scope under ``single-numa-node`` or ``restricted``: a pod of several units stays),
-    ``keep_numa`` (every unit stays on the NUMA nodes it is on: devices placed near them) and ``memory`` (the kubelet
-    Memory Manager's NUMA nodes per container: a unit moves only onto those)."""
+    ``keep_numa`` (every unit stays on the NUMA nodes it is on: devices placed near them), ``memory`` (the kubelet
+    Memory Manager's NUMA nodes per container: a unit moves only onto those) and ``devices`` (the NUMA nodes of the
+    devices the kubelet's Device Manager allocated per container: likewise)."""
 
     within: Optional[FrozenSet[int]] = None
     pods_whole: bool = False
     keep_numa: bool = False
     memory: Optional[Mapping[Tuple[str, str], FrozenSet[int]]] = None
+    devices: Optional[DeviceNodes] = None
 
     @classmethod
     def of(cls, manager: NodeManager, *, keep_numa: bool = False,
-           memory: Optional[Mapping[Tuple[str, str], FrozenSet[int]]] = None) -> Limits:
+           memory: Optional[Mapping[Tuple[str, str], FrozenSet[int]]] = None,
+           devices: Optional[DeviceNodes] = None) -> Limits:
         options = manager.options
         within = manager.topology.isolated.as_frozenset() if options.isolated_cpus == "only" else None
         return cls(within, options.topology_manager_scope == "pod"
-                   and options.topology_manager_policy in ("single-numa-node", "restricted"), keep_numa, memory)
+                   and options.topology_manager_policy in ("single-numa-node", "restricted"), keep_numa, memory,
+                   devices)
 
     def homes(self, topo: Topology, unit: Unit) -> Optional[FrozenSet[int]]:
         """The NUMA nodes ``unit`` may move to (None: any)."""
         pod, names, cpus = unit
         allowed = frozenset(topo.loc[cpu][2] for cpu in cpus) if self.keep_numa else None
         for name in names:
-            pinned = (self.memory or {}).get((pod, name))
-            if pinned is not None:
-                allowed = pinned if allowed is None else allowed & pinned
+            held = (self.devices or {}).get((pod, name), {}).values()
+            for pinned in [(self.memory or {}).get((pod, name))] + [frozenset().union(*held) if held else None]:
+                if pinned is not None:
+                    allowed = pinned if allowed is None else allowed & pinned
         return allowed
 
 
@@ -264,20 +270,21 @@ def defrag_config(config: NodeConfig, *, check: bool, max_moves: Optional[int] =
     planned, with the checkpoint after the moves, in that kubelet's format, to write with the kubelet stopped (and
     ``plan.result["planned_from"]``, the fingerprint of the checkpoint it was planned from, for that write).
     ``keep_numa``: no unit leaves its NUMA nodes; a container whose memory the kubelet's Memory Manager pinned (its
-    checkpoint beside ``config.kubelet_state_path``) moves only within those NUMA nodes."""
+    checkpoint beside ``config.kubelet_state_path``), or that holds devices (the Device Manager's checkpoint below that
+    directory), moves only within their NUMA nodes."""
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= MAX_BUDGET:
         raise ConfigError("time_budget must be more than 0 and at most %d seconds, got %r" % (MAX_BUDGET, budget))
     if max_moves is not None and (isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0):
         raise ConfigError("max_moves must be a whole number, 0 or more, got %r" % (max_moves,))
     read_only = opened_read_only(config.state_path, config.read_only)
     memory = read_memory_nodes(beside(config.kubelet_state_path))
+    devices = read_device_nodes(devices_beside(config.kubelet_state_path))
     with build_manager(config, with_runtime=True, topology=topology, checks=not read_only) as manager:
-        plan = defrag_node(manager, apply=not (check or read_only), max_moves=max_moves, budget=budget,
-                           limits=Limits.of(manager, keep_numa=keep_numa, memory=memory))
+        limits = Limits.of(manager, keep_numa=keep_numa, memory=memory, devices=devices)
+        plan = defrag_node(manager, apply=not (check or read_only), max_moves=max_moves, budget=budget, limits=limits)
         planned_from = fingerprint(manager.store.last_read)  # the bytes the moves were taken on, under the lock
         if read_only and plan.actions:
-            plan, planned_from = _judged(manager, plan, planned_from, memory, max_moves=max_moves, budget=budget,
-                                         keep_numa=keep_numa)
+            plan, planned_from = _judged(manager, plan, planned_from, limits, max_moves=max_moves, budget=budget)
     if not (read_only and plan.actions):
         return plan, None
     if plan.result is not None:  # the write of rewritten_state refuses once the kubelet has changed the file
@@ -285,17 +292,17 @@ def defrag_config(config: NodeConfig, *, check: bool, max_moves: Optional[int] =
     return plan, write(plan.after, config.kubelet).decode("utf-8")
 
 
-def _judged(manager: NodeManager, plan: Plan, planned_from: str, memory: Mapping[Tuple[str, str],
-            FrozenSet[int]], *, max_moves: Optional[int], budget: float, keep_numa: bool) -> Tuple[Plan, str]:
+def _judged(manager: NodeManager, plan: Plan, planned_from: str, limits: Limits, *, max_moves: Optional[int],
+            budget: float) -> Tuple[Plan, str]:
     """The planned moves of the kubelet's checkpoint as the restarted kubelet judges them (``node/judge.py``): when it
     would reject a pod, planned again with every unit kept on its NUMA nodes (``keep_numa``); refused again (or
     already so planned), a StateError: that checkpoint is never written."""
     listed = Plan(plan.before)
-    judge = manager.topology_admission.judge(manager.policy, memory=memory,
+    judge = manager.topology_admission.judge(manager.policy, memory=limits.memory, devices=limits.devices,
                                              pods=running_pods(build_views(manager.observe(listed))))
-    if judge.verdict(plan.after) is not None and not keep_numa:
+    if judge.verdict(plan.after) is not None and not limits.keep_numa:
         plan = defrag_node(manager, apply=False, max_moves=max_moves, budget=budget,
-                           limits=Limits.of(manager, keep_numa=True, memory=memory))
+                           limits=limits._replace(keep_numa=True))
         planned_from = fingerprint(manager.store.last_read)
     judge.check(plan.after, manager.store.path)
     return plan, planned_from

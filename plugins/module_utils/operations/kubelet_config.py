@@ -24,6 +24,7 @@ from ..kubelet.discovery import CommandRunner, run_command
 from ..kubelet.feature_gates import (NEWEST, check_existing_gates, cpu_gates, overriding_flags, parse_version,
                                      topology_gates)
 from ..kubelet.kubelet_versions import DEFAULT, KubeletVersion, clamped
+from ..kubelet.device_state import DeviceNodes, devices_beside, read_device_nodes
 from ..kubelet.memory_state import beside, read_memory_nodes
 from ..kubelet.options import PolicyOptions, go_map_repr, option_strings, parse_options, validate_for_machine
 from ..kubelet.policy import NO_RESERVATION, NONE, STATIC, ZERO_RESERVATION, new_policy, take_by_topology
@@ -142,10 +143,11 @@ def _reserved(topo: Topology, desired: Desired, current: Mapping[str, Any],
 def state_verdict(data: Optional[bytes], policy: str, topo: Topology, reserved: CPUSet, *,
                   options: Mapping[str, str], state_path: str,
                   kubelet: KubeletVersion = DEFAULT, admission: Optional[Admission] = None,
-                  memory: Optional[MemoryNodes] = None) -> Optional[str]:
+                  memory: Optional[MemoryNodes] = None, devices: Optional[DeviceNodes] = None) -> Optional[str]:
     """None when the kubelet would accept its checkpoint with this configuration (or there is none) and, with
     ``admission`` (the new Topology Manager), admit every pinned pod again at its restart (``node/judge.py``, with the
-    Memory Manager's pinned NUMA nodes, ``memory``); else the kubelet's "could not restore state from checkpoint"
+    Memory Manager's pinned NUMA nodes, ``memory``, and the devices', ``devices``); else the kubelet's "could not
+    restore state from checkpoint"
     message, or the first pod it would reject."""
     if data is None:
         return None
@@ -158,7 +160,8 @@ def state_verdict(data: Optional[bytes], policy: str, topo: Topology, reserved: 
                 'checkpoint file "%s" before restarting Kubelet' % (exc, state_path))
     except (StateError, PolicyError, OptionError) as exc:
         return str(exc)
-    rejected = admission.readmission(built, restored.state, memory=memory) if admission is not None else []
+    rejected = [] if admission is None else admission.readmission(built, restored.state, memory=memory,
+                                                                  devices=devices)
     if rejected:
         first = rejected[0]
         return "pod %s container %s: %s%s" % (first["pod"], first["container"], first["reason"],
@@ -169,7 +172,8 @@ def state_verdict(data: Optional[bytes], policy: str, topo: Topology, reserved: 
 def rewrite_for(change: Change, topo: Topology, state: Optional[bytes], adopt: Optional[Adopter] = None, *,
                 state_path: Optional[str] = None) -> Rewrite:
     """The checkpoint the kubelet accepts after ``change`` (no drain), with its moves (``rewrite``), judged with the
-    running pods (``adopt``'s list, ``what_if.Running``) and the Memory Manager's checkpoint beside ``state_path``."""
+    running pods (``adopt``'s list, ``what_if.Running``) and the Memory and Device Managers' checkpoints beside
+    ``state_path``."""
     settings = change.settings()
     options = settings["policy_options"]
     if settings["policy"] == STATIC:  # the moves are chosen as this kubelet chooses
@@ -179,7 +183,8 @@ def rewrite_for(change: Change, topo: Topology, state: Optional[bytes], adopt: O
                           settings["topology_manager_policy_options"])
     return rewrite_checkpoint(state, policy, admission=admission, adopt=adopt, kubelet=change.kubelet,
                               memory=read_memory_nodes(beside(state_path)) if state_path else None,
-                              pods=adopt.pods() if isinstance(adopt, Running) else None)
+                              pods=adopt.pods() if isinstance(adopt, Running) else None,
+                              devices=read_device_nodes(devices_beside(state_path)) if state_path else None)
 
 
 def _current_policy(current: Mapping[str, Any]) -> str:
@@ -293,7 +298,8 @@ def plan_change(current: Mapping[str, Any], desired: Desired, topo: Topology, ve
                                         kubelet=kubelet)
     after = state_verdict(state, desired.policy, topo, reserved, options=options, state_path=state_path,
                           kubelet=kubelet, admission=Admission(topo, tm_policy, tm_scope, tm_options),
-                          memory=read_memory_nodes(beside(state_path)))
+                          memory=read_memory_nodes(beside(state_path)),
+                          devices=read_device_nodes(devices_beside(state_path)))
     notes.extend(_format_notes(state, desired.policy, kubelet))
     return Change(new, changed, reserved, source, needed, before, after, notes, _current_policy(current), reserved_now,
                   kubelet, current_options)

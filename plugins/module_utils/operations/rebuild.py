@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple, cast
 
 from ..kubelet.cpuset import CPUSet
+from ..kubelet.device_state import devices_beside, read_device_nodes
 from ..kubelet.memory_state import beside, read_memory_nodes
 from ..kubelet.policy import STATIC, Policy, StaticPolicy, take_by_topology
 from ..kubelet.state import CPUState
@@ -94,15 +95,17 @@ def _init_entries(policy: Policy, state: CPUState, view: PodView, plan: Plan) ->
 
 def rebuild_node(manager: NodeManager) -> Plan:
     """A checkpoint from what the manager's runtime runs (``plan.after``). Writes nothing. Raises StateError when the
-    restarted kubelet would refuse it (``node/judge.py``: its Topology Manager, the Memory Manager's checkpoint beside
-    the file, the running pods admitted again): such a file is never written."""
+    restarted kubelet would refuse it (``node/judge.py``: its Topology Manager, the Memory and Device Managers'
+    checkpoints beside the file, the running pods admitted again): such a file is never written."""
     plan = Plan(CPUState(manager.policy.name))
     pairs = manager.observe(plan)
     rebuild_state(manager.policy, manager.cgroups, pairs, plan)
     if manager.policy.name == STATIC and manager.store.kubelet.pod_level:
         plan.error(None, "pod-level exclusive CPUs (podEntries) are not rebuilt: the runtime does not show a pod's "
                    "pod-level request; the kubelet allocates them afresh when it admits such a pod again", "rebuild")
-    memory = read_memory_nodes(beside(manager.store.path))
-    judge = manager.topology_admission.judge(manager.policy, memory=memory, pods=running_pods(build_views(pairs)))
+    path = manager.store.path
+    judge = manager.topology_admission.judge(manager.policy, memory=read_memory_nodes(beside(path)),
+                                             pods=running_pods(build_views(pairs)),
+                                             devices=read_device_nodes(devices_beside(path)))
     judge.check(plan.after, manager.store.path)
     return plan

@@ -32,6 +32,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tu
 from ..errors import AllocationError, ContainerRuntimeError, RestoreFailure
 from ..kubelet.checkpoint_formats import read, write
 from ..kubelet.cpuset import CPUSet
+from ..kubelet.device_state import DeviceNodes
 from ..kubelet.kubelet_versions import DEFAULT, KubeletVersion
 from ..kubelet.pod import Container, Pod
 from ..kubelet.qos import GUARANTEED
@@ -92,13 +93,15 @@ def stored_policy(data: bytes, kubelet: KubeletVersion) -> Tuple[Optional[str], 
 
 def rewrite_checkpoint(data: Optional[bytes], policy: Policy, *, admission: Optional[Admission] = None,
                        adopt: Optional[Adopter] = None, kubelet: KubeletVersion = DEFAULT,
-                       memory: Optional[MemoryNodes] = None, pods: Optional[Sequence[Pod]] = None) -> Rewrite:
+                       memory: Optional[MemoryNodes] = None, pods: Optional[Sequence[Pod]] = None,
+                       devices: Optional[DeviceNodes] = None) -> Rewrite:
     """The checkpoint for ``policy`` (the new configuration's, already built) from ``data`` (None: no file), in the
     format kubelet ``kubelet`` reads and writes (pod-level entries and baselines kept). Every file returned passes the
     judge (``node/judge.py``): the restarted kubelet under ``policy`` and ``admission``, with the Memory Manager's
-    pinned NUMA nodes (``memory``), admitting the running pods (``pods``, in creation order; None: the checkpoint's)."""
+    pinned NUMA nodes (``memory``) and the Device Manager's devices' (``devices``), admitting the running pods
+    (``pods``, in creation order; None: the checkpoint's)."""
     admission = admission if admission is not None else Admission(policy.topology)
-    judge = admission.judge(policy, memory=memory, pods=pods)
+    judge = admission.judge(policy, memory=memory, pods=pods, devices=devices)
     if data is None:
         if policy.name == STATIC and adopt is not None:
             return _adopt(None, policy, adopt, judge, kubelet)
@@ -298,12 +301,12 @@ def _allocate(rules: _Rules, state: CPUState, pod: str, *, moving: List[Group], 
     everyone = sorted(name for _union, members in moving + staying for name in members)
     affinity = None
     if by_pod:  # the pod's admission, once, its staying containers counted where they are
-        affinity = admission.admit(policy, state, model, min(ordered[0][1]), judge.memory_hint(pod, everyone))
+        affinity = admission.admit(policy, state, model, min(ordered[0][1]), judge.placement(pod, everyone))
     moves = []
     for union, members in ordered:
         name = min(members)
         if not by_pod:
-            affinity = admission.admit(policy, state, model, name, judge.memory_hint(pod, sorted(members)))
+            affinity = admission.admit(policy, state, model, name, judge.placement(pod, sorted(members)))
         result = policy.allocate(state, model, name, affinity)
         image = dict(zip(sorted(union), sorted(result.cpus)))  # each CPU's place in the new set, in order
         for member, before in sorted(members.items()):

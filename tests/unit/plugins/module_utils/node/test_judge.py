@@ -70,6 +70,34 @@ VERDICTS = [
 ]
 
 
+NIC = "example.com/sriov-nic"
+# name, Topology Manager policy, scope, state, the NUMA nodes of each container's devices, refused as VERDICTS
+DEVICES = [
+    ("a device on the other NUMA node: the hints disagree", "single-numa-node", "container", TOGETHER,
+     {("pod-x", "a"): {NIC: frozenset({1})}}, ("pod-x", "a", "its devices on NUMA node(s) [1], when")),
+    ("restricted rejects it too", "restricted", "container", TOGETHER, {("pod-x", "b"): {NIC: frozenset({1})}},
+     ("pod-x", "b", "policy restricted")),
+    ("a device where the CPUs are", "single-numa-node", "container", TOGETHER, {("pod-x", "a"): {NIC: frozenset({0})}},
+     None),
+    ("under the pod scope the pod's devices together", "single-numa-node", "pod", TOGETHER,
+     {("pod-x", "b"): {NIC: frozenset({1})}}, ("pod-x", "a, b", "its devices on NUMA node(s) [1]")),
+    ("best-effort admits what disagrees", "best-effort", "container", TOGETHER,
+     {("pod-x", "a"): {NIC: frozenset({1})}}, None),
+]
+
+
+@pytest.mark.parametrize("name,tm_policy,scope,given,devices,refused", DEVICES, ids=[v[0] for v in DEVICES])
+def test_device_numa_hints_count_in_the_verdict(name, tm_policy, scope, given, devices, refused):
+    """(Issue 63, suspected: confirmed, and fixed.) The restarted kubelet's Device Manager regenerates a container's
+    hints from the devices its checkpoint allocated; the judge merges them with the CPU hints."""
+    found = Admission(TOPO, tm_policy, scope, {}).judge(static(), devices=devices).verdict(given)
+    if refused is None:
+        assert found is None
+        return
+    pod, name, text = refused
+    assert (found.pod, found.container, found.reason) == (pod, name, TEXT) and text in str(found)
+
+
 @pytest.mark.parametrize("name,tm_policy,scope,given,memory,refused", VERDICTS, ids=[v[0] for v in VERDICTS])
 def test_the_restarted_kubelet_admits_the_running_pods_again(name, tm_policy, scope, given, memory, refused):
     judge = Admission(TOPO, tm_policy, scope, {}).judge(static(), memory=memory)

@@ -526,6 +526,20 @@ def test_a_container_whose_memory_is_pinned_moves_only_within_that_memorys_numa_
     assert [str(m.cpus_after) for m in found.moves] == ["1", "5"]  # towards its memory on node 0
 
 
+def test_a_container_holding_devices_moves_only_within_their_numa_nodes():
+    """(Issue 63: device hints.) The kubelet's Device Manager gave p an SR-IOV function on NUMA node 1: the restarted
+    kubelet's device hint would disagree with CPUs on node 0, so p moves only within node 1, like pinned memory."""
+    before = state("0-1,4-7", p_app="2", p_side="3")
+    nic = {("p", "app"): {"example.com/sriov-nic": frozenset({1})}, ("p", "side"): {"example.com/gpu": frozenset({1})}}
+    found = plan_defrag(TWO_NUMA, NO_OPTIONS, before, CPUSet.parse("0,4"), limits=Limits(devices=nic))
+    assert found.moves and all(m.cpus_after.as_frozenset() <= NUMA_1_ISOLATED.as_frozenset() for m in found.moves)
+    assert Limits(devices=nic).homes(TWO_NUMA, ("p", ("app",), frozenset({2}))) == frozenset({1})
+    both = Limits(memory={("p", "app"): frozenset({0})}, devices=nic)  # memory and devices disagree: no home
+    assert both.homes(TWO_NUMA, ("p", ("app",), frozenset({2}))) == frozenset()
+    stuck = plan_defrag(TWO_NUMA, NO_OPTIONS, before, CPUSet.parse("0,4"), limits=both)
+    assert all(m.containers != ("app",) for m in stuck.moves)
+
+
 @pytest.mark.parametrize("options, want", [
     (ManagerOptions(), Limits()),
     (ManagerOptions(isolated_cpus="prefer"), Limits()),

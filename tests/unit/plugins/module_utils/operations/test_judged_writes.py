@@ -2,7 +2,7 @@
 (1-2 sockets, 2 or 4 cores each, 1-2 threads, 1-2 NUMA nodes per socket), configurations (full-pcpus-only,
 strict-cpu-reservation, reserved sets, Topology Manager policy and scope), pod sets admitted as the kubelet admits
 them (init containers whose CPUs the app containers reuse, sidecars, the pod scope, memory the Memory Manager pinned
-to the pods' NUMA nodes), some of which then end (a fragmented node), and changes (a new reservation, policy options and Topology Manager). The no-drain
+and devices the Device Manager allocated on the pods' NUMA nodes), some of which then end (a fragmented node), and changes (a new reservation, policy options and Topology Manager). The no-drain
 rewrite, adoption (none -> static), the rebuild and the defragmentation each either produce a file the restarted
 kubelet accepts, or refuse and say the change needs a drain (or which container does not fit, and why).
 
@@ -55,8 +55,9 @@ class Node:
     """A machine, its configuration before and after the change, the pods as admitted before it (in creation order,
     with which init containers are sidecars), their state and the NUMA nodes their memory is pinned to."""
 
-    def __init__(self, topo, old, new, pods, state, memory):
-        self.topo, self.old, self.new, self.pods, self.state, self.memory = topo, old, new, pods, state, memory
+    def __init__(self, topo, old, new, pods, state, pinned):
+        self.topo, self.old, self.new, self.pods, self.state = topo, old, new, pods, state
+        self.memory, self.devices = pinned
 
     def policy(self, which):
         reserved, options, _tm, _scope = which
@@ -65,8 +66,9 @@ class Node:
     def admission(self, which):
         return Admission(self.topo, which[2], which[3], {})
 
-    def judge(self, which, pods=None, memory=None):
-        return self.admission(which).judge(self.policy(which), memory=self.memory if memory is None else memory,
+    def judge(self, which, pods=None, pinned=True):
+        return self.admission(which).judge(self.policy(which), memory=self.memory if pinned else {},
+                                           devices=self.devices if pinned else {},
                                            pods=self.pods if pods is None else pods)
 
 
@@ -77,11 +79,12 @@ def _container(name, cpus, init=False, sidecar=False):
 
 def _admit(topo, which, pods, pin):
     """The state of a kubelet that admitted ``pods`` in order under ``which`` (pods it refuses do not run), and the
-    NUMA nodes the Memory Manager pinned each admitted container's memory to (``pin``: per pod)."""
+    NUMA nodes the Memory Manager pinned each admitted container's memory to, and the Device Manager's devices are
+    on (``pin``: per pod, "memory", "devices" or None)."""
     policy, admission = _policy(topo, which[0], which[1]), Admission(topo, which[2], which[3], {})
     state = CPUState("static")
     policy.start(state)
-    admitted, memory = [], {}
+    admitted, memory, devices = [], {}, {}
     for pod, pinned in zip(pods, pin):
         attempt = state.copy()
         try:
@@ -92,12 +95,15 @@ def _admit(topo, which, pods, pin):
             continue
         state = attempt
         admitted.append(pod)
-        if pinned:
-            held = {name: cpus for name, cpus in state.entries.get(pod.uid, {}).items()}
-            whole = frozenset(topo.loc[c][2] for cpus in held.values() for c in cpus)
-            for name, cpus in held.items():
-                memory[(pod.uid, name)] = whole if which[3] == "pod" else frozenset(topo.loc[c][2] for c in cpus)
-    return state, admitted, memory
+        held = {name: cpus for name, cpus in state.entries.get(pod.uid, {}).items()}
+        whole = frozenset(topo.loc[c][2] for cpus in held.values() for c in cpus)
+        for name, cpus in held.items():
+            nodes = whole if which[3] == "pod" else frozenset(topo.loc[c][2] for c in cpus)
+            if pinned == "memory":
+                memory[(pod.uid, name)] = nodes
+            elif pinned == "devices":
+                devices[(pod.uid, name)] = {"example.com/nic": nodes}
+    return state, admitted, (memory, devices)
 
 
 @st.composite
@@ -123,20 +129,21 @@ def nodes(draw, most_pods=8, sizes=(2, 4)):
                       for i in range(draw(st.integers(0, 2))))
         apps = tuple(_container("app-%d" % i, group * draw(st.integers(1, 3))) for i in range(draw(st.integers(1, 2))))
         pods.append(Pod("pod-%d" % n, "p%d" % n, "ns", inits, apps, GUARANTEED))
-        pin.append(draw(st.booleans()))
-    state, admitted, memory = _admit(topo, old, pods, pin)
+        pin.append(draw(st.sampled_from([None, "memory", "devices"])))
+    state, admitted, pinned = _admit(topo, old, pods, pin)
     policy, running = _policy(topo, old[0], old[1]), []
     for pod in admitted:  # some pods end: the node fragments
         if draw(st.booleans()) and len(admitted) > 1:
             for item in pod.all_containers():
                 policy.remove_container(state, pod.uid, item.name)
-                memory.pop((pod.uid, item.name), None)
+                for kind in pinned:
+                    kind.pop((pod.uid, item.name), None)
         else:
             running.append(pod)
     held = sorted(state.assigned())
     if held and draw(st.booleans()):  # the reservation grows into CPUs pods hold
         new = (old[0].union(CPUSet(draw(st.lists(st.sampled_from(held), min_size=1, max_size=2)))),) + new[1:]
-    return Node(topo, old, new, running, state, memory)
+    return Node(topo, old, new, running, state, pinned)
 
 
 def _refused_saying_why(result):
@@ -164,7 +171,8 @@ def test_every_file_the_rewrite_writes_passes_the_judge(node):
     """static -> static (a new reservation, options, Topology Manager): the file written, or a refusal that says
     why."""
     policy, admission = node.policy(node.new), node.admission(node.new)
-    result = rewrite_checkpoint(encode(node.state), policy, admission=admission, memory=node.memory, pods=node.pods)
+    result = rewrite_checkpoint(encode(node.state), policy, admission=admission, memory=node.memory, pods=node.pods,
+                                devices=node.devices)
     if result.data is None:
         event("rewrite: refused (%s)" % _refused_saying_why(result))
         return
@@ -209,7 +217,7 @@ def test_every_file_adoption_writes_passes_the_judge(node):
     if result.data is None:
         event("adoption: refused (%s)" % _refused_saying_why(result))
         return
-    assert node.judge(node.new, pods=pods, memory={}).file(result.data) is None
+    assert node.judge(node.new, pods=pods, pinned=False).file(result.data) is None
     adopted = decode(result.data, "static").state
     for pod in pods:  # every container of a running pod was admitted, its init containers included
         assert all(adopted.get(pod.uid, item.name) is not None for item in pod.all_containers())
@@ -219,7 +227,7 @@ def test_every_file_adoption_writes_passes_the_judge(node):
 @settings(max_examples=150, deadline=None)
 @given(nodes())
 def test_every_file_the_rebuild_writes_passes_the_judge(node):
-    """A lost checkpoint rebuilt from the cgroups of what runs, with the Memory Manager's checkpoint beside it."""
+    """A lost checkpoint rebuilt from the cgroups of what runs, with the Memory and Device Managers' checkpoints."""
     with tempfile.TemporaryDirectory() as tmp:
         runtime = _runtime(tmp, node, node.state)
         manager = _manager(tmp, node, node.old, runtime)
@@ -229,6 +237,13 @@ def test_every_file_the_rebuild_writes_passes_the_judge(node):
         os.makedirs(os.path.join(tmp, "kubelet"))
         with open(os.path.join(tmp, "kubelet", "memory_manager_state"), "w", encoding="utf-8") as handle:
             json.dump({"policyName": "Static", "entries": entries}, handle)
+        allocated = [{"PodUID": pod, "ContainerName": name, "ResourceName": resource,
+                      "DeviceIDs": {str(n): ["dev-%d" % n] for n in sorted(on)}, "AllocResp": ""}
+                     for (pod, name), per in node.devices.items() for resource, on in per.items()]
+        os.makedirs(os.path.join(tmp, "kubelet", "device-plugins"))
+        with open(os.path.join(tmp, "kubelet", "device-plugins", "kubelet_internal_checkpoint"), "w",
+                  encoding="utf-8") as handle:
+            json.dump({"Data": {"PodDeviceEntries": allocated, "RegisteredDevices": {}}, "Checksum": 0}, handle)
         try:
             plan = rebuild_node(manager)
         except StateError as exc:
@@ -251,7 +266,8 @@ def test_defragmentation_moves_only_what_the_restarted_kubelet_admits_again(node
     if judge.verdict(node.state) is not None:
         event("defrag: the kubelet already rejects the node as it is")
         return
-    limits = Limits(pods_whole=scope == "pod" and tm in ("single-numa-node", "restricted"), memory=node.memory)
+    limits = Limits(pods_whole=scope == "pod" and tm in ("single-numa-node", "restricted"), memory=node.memory,
+                    devices=node.devices)
     found = plan_defrag(node.topo, policy.options, node.state, policy.reserved, budget=0.05, limits=limits)
     assert judge.verdict(found.state) is None
     event("defrag: %s" % ("moved" if found.moves else "nothing to move"))

@@ -310,3 +310,17 @@ def test_adoption_keeps_a_finished_init_container_whose_cpus_its_app_container_r
     refused = judge.file(dropped)  # the file adoption wrote before: no init entry
     assert (refused.pod, refused.container) == ("pod-1", "init")
     assert refused.reason.startswith("Allocate failed due to not enough cpus available to satisfy request")
+
+
+def test_device_numa_hints_keep_a_moved_container_beside_its_device():
+    """(Issue 63, suspected: confirmed, and fixed.) pod-d's SR-IOV function sits on NUMA 1 (the Device Manager's
+    checkpoint) and the reservation grows into pod-d's CPUs. The CPU hints alone prefer NUMA 0, where the restarted
+    kubelet's device hint disagrees and it rejects pod-d under single-numa-node; the rewrite places pod-d on NUMA 1."""
+    policy, admission = static("0,4,8,12"), Admission(TOPO, "single-numa-node", "container", {})
+    data = checkpoint_file("0,2-3,5-8,10-11,13-15", {"pod-d": {"app": "4,12"}, "pod-x": {"x": "1,9"}})
+    devices = {("pod-d", "app"): {"example.com/sriov-nic": frozenset({1})}}
+    (move,) = rewrite_checkpoint(data, policy, admission=admission, devices=devices).moves
+    assert _numa(move.cpus_after) == {1}
+    blind = rewrite_checkpoint(data, policy, admission=admission)  # the hints alone: NUMA 0
+    assert _numa(blind.moves[0].cpus_after) == {0}
+    assert "its devices on NUMA node(s) [1]" in str(admission.judge(policy, devices=devices).file(blind.data))
