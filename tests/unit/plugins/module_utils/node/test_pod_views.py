@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ContainerNotFoundError, PodSpecError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.pod_views import (allocation_target, build_views,
-                                                                                         find_container)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.policy import new_policy
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.plan import Plan
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.pod_views import (allocate_running,
+                                                                                         allocation_target, build_views,
+                                                                                         find_container, running_pods)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.model import (EXITED, RUNNING, ContainerInfo,
                                                                                         ListedContainer)
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
 
 
 def pair(cid, name, created, *, uid="u1", attempt=0, state=RUNNING, exit_code=0, finished=0, qos="Guaranteed",
@@ -70,3 +76,33 @@ def test_the_allocation_target():
         allocation_target(PAIRS, None, "u9", "new", cpus=4, require_runtime_container=True)
     with pytest.raises(PodSpecError, match="give cpus to allocate for it"):
         allocation_target(PAIRS, None, "u9", "new", cpus=None, require_runtime_container=False)
+
+
+def _allocate_all(pairs, held=()):
+    policy = new_policy("static", generated(1, 4, 1), 1, CPUSet.parse("0"))
+    state = CPUState("static")
+    policy.start(state)
+    for uid, name, cpus in held:
+        state.set(uid, name, CPUSet.parse(cpus))
+        state.default = state.default.difference(CPUSet.parse(cpus))
+    plan = Plan(state.copy())
+    allocate_running(plan, state, build_views(pairs), lambda model, name: policy.allocate(state, model, name))
+    return state, plan
+
+
+def test_a_running_pods_finished_init_container_is_allocated_first_and_its_cpus_reused():
+    """(Issue 63, case 3.) The kubelet admits a pod's init containers before its app containers, which reuse their
+    CPUs: a pod whose app containers hold no CPUs yet gets its finished init container's entry first (2 CPUs), and
+    its app container takes those same CPUs. A pod already holding CPUs, or with nothing running, gets no entry for a
+    finished init container."""
+    pairs = [pair("init000001", "setup", 10, state=EXITED, finished=20, milli=2000), pair("app0000001", "app", 30,
+                                                                                           milli=2000)]
+    state, plan = _allocate_all(pairs)
+    assert str(state.get("u1", "setup")) == "1-2" and str(state.get("u1", "app")) == "1-2"
+    assert [(a.container, a.reason) for a in plan.actions] == [
+        ("setup", "finished init container: its app containers reuse its CPUs"), ("app", "Guaranteed integral request")]
+    held, _plan = _allocate_all(pairs, held=[("u1", "app", "3")])
+    assert held.get("u1", "setup") is None
+    done = [pairs[0], pair("app0000001", "app", 30, state=EXITED, exit_code=1, finished=40, milli=2000)]
+    assert _allocate_all(done)[0].entries == {} and running_pods(build_views(done)) == []
+    assert [p.uid for p in running_pods(build_views(pairs + [pair("b000000001", "b", 1, uid="u0")]))] == ["u0", "u1"]
