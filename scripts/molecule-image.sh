@@ -56,9 +56,9 @@ if [[ ${1:-} != --rebuild ]] && podman image exists "$image" &&
   exit 0
 fi
 root=$(mktemp -d /tmp/kubecpu-rootfs.XXXXXX)
-trap 'rm -rf "$root"' EXIT
+trap 'rm -rf "$root" "$root.log"' EXIT  # debootstrap's log too: nothing left in /tmp
 debootstrap --variant=minbase --include="$packages" bookworm "$root" \
-  >/tmp/kubecpu-debootstrap.log 2>&1 || { tail -20 /tmp/kubecpu-debootstrap.log; exit 1; }
+  >"$root.log" 2>&1 || { tail -20 "$root.log"; exit 1; }
 printf "$sshd_settings" > "$root/etc/ssh/sshd_config.d/kubecpu.conf"
 tar -C "$root" -c . | podman import --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' \
   --change "LABEL kubecpu.recipe=$recipe" - "$image" >/dev/null
