@@ -1,5 +1,6 @@
 """Builds the agent node's stand-in runtime (crictl answering with the recorded crictl 1.32 output, a fake cgroupfs)
-and a 4-CPU sysfs tree in DIR, with the paths they will have on the node (/var/lib/kubecpu/fake)."""
+and a 4-CPU machine in DIR (its sysfs tree, and systemd as PID 1 in proc/1/comm: the nodes' init is systemd, and the
+roles' preflight reads it below the sysfs root), with the paths they will have on the node (/var/lib/kubecpu/fake)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ def main(directory: str) -> None:
     with open(script, "w", encoding="utf-8") as handle:
         handle.write(text)
     fake_sysfs.build(os.path.join(directory, "root"), fake_sysfs.machine(1, 4, 1))
+    os.makedirs(os.path.join(directory, "root", "proc", "1"))
+    with open(os.path.join(directory, "root", "proc", "1", "comm"), "w", encoding="utf-8") as handle:
+        handle.write("systemd\n")
 
 
 if __name__ == "__main__":
