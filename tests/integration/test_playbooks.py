@@ -22,13 +22,13 @@ CHROMIUM = shutil.which("chromium")
 POD_A, POD_B = fleet.POD_A, fleet.POD_B
 
 
-def run_playbook(name, inventory, extra):
+def run_playbook(name, inventory, extra, *args, rc=0):
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
                ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_LOCALHOST_WARNING="0")
     argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", inventory, "-f", "10",
-            os.path.join(ROOT, "playbooks", name), "-e", json.dumps(extra)]
+            os.path.join(ROOT, "playbooks", name), "-e", json.dumps(extra), *args]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert proc.returncode == rc, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert "Traceback" not in proc.stdout
     return proc
 
@@ -160,7 +160,203 @@ def test_report_reads_the_checkpoint_without_a_kubelet_configuration_and_shows_f
         assert "policy static (from the checkpoint: no kubelet configuration)" in meta
         error = page.inner_text('.node[data-node="node001-kubelet-static"] .error')
         assert error.startswith("error: ") and "checkpoint is corrupted" in error
-        assert "1 nodes with errors" in page.inner_text("body")
+        assert "1 node with errors" in page.inner_text("body")
+        browser.close()
+
+
+def failing_fleet(directory, kinds, **host_vars):
+    """A local fleet of ``kinds`` (scripts/fleet.py), each host's variables updated from ``host_vars`` (by name)."""
+    fleet.build(directory, len(kinds), sys.executable, kinds)
+    path = os.path.join(directory, "inventory.yml")
+    with open(path, encoding="utf-8") as handle:
+        inventory = json.load(handle)
+    for name, values in host_vars.items():
+        inventory["all"]["hosts"][name].update(values)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(inventory, handle)
+    return path
+
+
+def table(proc):
+    """The plan's summary table, one line per node by name, and its last line."""
+    shown = json.loads(re.search(r"Print the summary table\] \*+\nok: \[localhost\] => (\{.*?\n\})",
+                                 proc.stdout, re.S).group(1))["msg"]
+    return {line.split()[0]: line for line in shown[1:-1]}, shown[-1]
+
+
+def test_plan_fails_and_shows_every_refused_and_unreachable_node_with_its_error(tmp_path):
+    """Issue 64: a misspelt option, a reserved CPU the node lacks, a kubelet reservation beyond its CPUs and a node
+    that cannot be reached are each refused on their own line, with the error underneath ("One or more items failed"
+    told nothing); the nodes that can be planned are planned; the table and the file hold every node; and only then
+    the run fails, so that a CI gate on the plan stops."""
+    inventory = failing_fleet(str(tmp_path / "fleet"), ("kubelet-static", "agent", "agent-misspelt-option",
+                                                        "agent-missing-cpu", "unreachable", "kubelet-static"),
+                              **{"node005-kubelet-static": {"kubelet_cpu_manager_reserved_cpus": "0,99"}})
+    proc = run_playbook("plan.yml", inventory, {"kubecpu_plan_file": str(tmp_path / "plan.json")}, rc=2)
+    plans = {p["node"]: p for p in json.load(open(tmp_path / "plan.json"))}
+    assert sorted(plans) == ["node000-kubelet-static", "node001-agent", "node002-agent-misspelt-option",
+                             "node003-agent-missing-cpu", "node004-unreachable", "node005-kubelet-static"]
+    errors = {name: plan["error"] for name, plan in plans.items()}
+    assert errors["node000-kubelet-static"] is None and errors["node001-agent"] is None
+    assert errors["node002-agent-misspelt-option"] == ('the agent\'s settings do not fit this node: unknown CPU Manager '
+                                                       'Policy option: "%s"' % fleet.MISSPELT_OPTION)
+    assert "reserved CPUs lists CPU(s) 7 that are not in the topology (online CPUs: 0-3)" in errors[
+        "node003-agent-missing-cpu"]
+    assert "reserved-cpus: 0,99 is not a subset of online-cpus: 0-15" in errors["node005-kubelet-static"]
+    lost = plans["node004-unreachable"]
+    assert lost["unreachable"] and "Failed to connect to the host via ssh" in lost["error"], lost
+    assert [name for name, plan in plans.items() if plan["unreachable"]] == ["node004-unreachable"]
+    assert plans["node001-agent"]["changes"] == ["install agent", "agent configuration", "restart agent"]
+
+    lines, summary = table(proc)
+    assert sorted(lines) == sorted(plans)
+    for name, error in errors.items():
+        if error is not None:
+            said = "UNREACHABLE: " if name == "node004-unreachable" else "REFUSED: "
+            assert lines[name].endswith(said + error), lines[name]
+    assert re.search(r"^node000-kubelet-static\s+kubelet\s+0,8\s+kept\s+restart\s+0\s+nothing$",
+                     lines["node000-kubelet-static"])
+    assert summary.startswith("6 nodes: 1 would change, 0 state files rejected") and "4 refused (1 unreachable)" in summary
+    assert "One or more items failed" not in proc.stdout
+    assert "4 of 6 nodes refused: node002-agent-misspelt-option, node003-agent-missing-cpu, node004-unreachable, " \
+           "node005-kubelet-static" in proc.stdout
+
+
+def test_plan_refuses_a_node_that_cannot_run_the_agent(tmp_path):
+    """Issue 64: PID 1 is not systemd and the agent's Python is too old - refused with both problems, not "would
+    change"; a kubelet node whose PID 1 is not systemd is refused too."""
+    directory = str(tmp_path / "fleet")
+    old = tmp_path / "python3.8"
+    old.write_text("#!/bin/sh\necho 'Python 3.8.10'\n")
+    old.chmod(0o755)
+    inventory = failing_fleet(directory, ("agent", "kubelet-static"),
+                              **{"node000-agent": {"cpu_manager_agent_python": str(old)}})
+    for name, init in (("node000-agent", "bash"), ("node001-kubelet-static", "tini")):
+        (tmp_path / "fleet" / "nodes" / name / "root" / "proc" / "1" / "comm").write_text(init + "\n")
+    proc = run_playbook("plan.yml", inventory, {"kubecpu_plan_file": str(tmp_path / "plan.json")}, rc=2)
+    plans = {p["node"]: p for p in json.load(open(tmp_path / "plan.json"))}
+    agent = plans["node000-agent"]["error"]
+    assert "PID 1 is bash, not systemd: kubecpu-agent.service needs systemd" in agent
+    assert "the agent's Python (%s) is Python 3.8.10: kubecpu needs Python 3.9 or newer" % old in agent
+    assert plans["node000-agent"]["changes"] == []  # refused, not "install agent"
+    assert "PID 1 is tini, not systemd" in plans["node001-kubelet-static"]["error"]
+    lines, summary = table(proc)
+    assert "REFUSED: " in lines["node000-agent"] and summary.startswith("2 nodes: 0 would change")
+
+
+def _state_files(directory):
+    return {path: open(path, "rb").read() for path in sorted(
+        os.path.join(d, f) for d, _dirs, files in os.walk(directory) for f in files if f.startswith("cpu_manager_state"))}
+
+
+def test_rollout_changes_nothing_anywhere_when_its_preflight_refuses_a_node(tmp_path):
+    """Every node is checked before the first batch: one refused node (a reserved CPU it lacks) stops the rollout
+    there, and no batch starts (check mode: this machine is the fleet's every node)."""
+    directory = str(tmp_path / "fleet")
+    inventory = failing_fleet(directory, ("kubelet-static", "kubelet-static", "agent-missing-cpu"))
+    before = _state_files(directory)
+    proc = run_playbook("rollout.yml", inventory, {}, "--check", rc=2)
+    assert "CPU(s) 7 that are not in the topology" in proc.stdout
+    assert "PLAY [Roll out CPU management, batch by batch]" not in proc.stdout
+    assert _state_files(directory) == before
+
+
+def test_rollout_stops_later_batches_after_a_node_becomes_unreachable(tmp_path):
+    """Issue 64: max_fail_percentage counts failed nodes, not lost ones - the rollout went on after a node became
+    unreachable. Here the removal of the agent (no preflight: nothing must run there) in batches [1, 2, 1]: the
+    canary is done, the second batch loses its first node and finishes its other, the last batch does not start."""
+    directory = str(tmp_path / "fleet")
+    inventory = failing_fleet(directory, ("agent", "unreachable", "agent", "agent"))
+    nodes = os.path.join(directory, "nodes")
+    proc = run_playbook("rollout.yml", inventory, {"cpu_manager_agent_state": "absent", "kubecpu_serial": [1, 2]},
+                        rc=2)
+    assert "stopped before this batch: node001-unreachable failed or became unreachable" in proc.stdout
+    for name, removed in (("node000-agent", True), ("node002-agent", True), ("node003-agent", False)):
+        assert os.path.exists(os.path.join(nodes, name, "kubecpu", "cpu_manager_state")) is not removed, name
+    assert re.search(r"^node003-agent\s*: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", proc.stdout, re.M)
+
+
+def test_removal_gives_back_interrupts_and_irqbalance_environment(tmp_path):
+    """Issue 64: removing the agent gives back what it changed on the node. The agent moved three interrupts, the
+    default affinity and irqbalance's environment file off the CPUs it pinned (prod/web main on 1-2); the removal
+    gives each back what it had (the file byte for byte), keeps a backup of the state and nothing else of the agent;
+    a second removal, from nothing, changes nothing."""
+    from ansible_collections.kubecpu.cpu_manager.tests.unit.support.proc_irq import affinity, proc_irq
+
+    directory = str(tmp_path / "fleet")
+    inventory = failing_fleet(directory, ("agent",),
+                              **{"node000-agent": {"cpu_manager_agent_python": sys.executable}})
+    base = os.path.join(directory, "nodes", "node000-agent")
+    root, state = os.path.join(base, "root"), os.path.join(base, "kubecpu", "cpu_manager_state")
+    irq = proc_irq(os.path.join(root, "proc", "irq"), {24: "0-3", 25: "1", 26: "2-3"}, default="f")
+    environment = os.path.join(root, "etc", "default", "irqbalance")
+    os.makedirs(os.path.dirname(environment))
+    original = b"#Configuration for the irqbalance daemon\r\nIRQBALANCE_ONESHOT=0"  # its line ends, no final newline
+    with open(environment, "wb") as handle:
+        handle.write(original)
+    runtime = os.path.join(base, "runtime")
+    subprocess.run([os.path.join(ROOT, "bin", "kubecpu"), "reconcile", "--state", state, "--num-reserved", "1",
+                    "--sysfs-root", root, "--crictl", os.path.join(runtime, "crictl"), "--cgroup-root",
+                    os.path.join(runtime, "cgroup"), "--kubelet-state", os.path.join(base, "absent"),
+                    "--irq-isolation", "exclusive"], check=True, stdout=subprocess.DEVNULL,
+                   env=dict(os.environ, KUBECPU_PYTHON=sys.executable))
+    assert [affinity(irq, n) for n in (24, 25, 26)] == ["0,3", "0,3", "3"]  # what the agent did
+    assert b"IRQBALANCE_BANNED_CPULIST=1-2" in open(environment, "rb").read()
+    install = os.path.join(base, "opt")  # the agent as the role installs it
+    shutil.copytree(os.path.join(ROOT, "bin"), os.path.join(install, "bin"))
+    shutil.copytree(os.path.join(ROOT, "plugins", "module_utils"), os.path.join(install, "plugins", "module_utils"))
+
+    proc = run_playbook("rollout.yml", inventory, {"cpu_manager_agent_state": "absent"})
+    assert re.search(r"Give the interrupts and irqbalance back what they had.*?\nchanged: \[node000-agent\]",
+                     proc.stdout, re.S)
+    assert [affinity(irq, n) for n in (24, 25, 26)] == ["0-3", "1", "2-3"]
+    assert open(os.path.join(irq, "default_smp_affinity")).read().strip() == "f"
+    assert open(environment, "rb").read() == original
+    left = sorted(os.listdir(os.path.join(base, "kubecpu")))
+    assert len(left) == 1 and re.match(r"cpu_manager_state\.\d{8}T\d{6}Z\.bak$", left[0]), left
+    assert not os.path.exists(install)
+
+    again = run_playbook("rollout.yml", inventory, {"cpu_manager_agent_state": "absent"})
+    assert re.search(r"^node000-agent\s*: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", again.stdout, re.M)
+    assert sorted(os.listdir(os.path.join(base, "kubecpu"))) == left
+
+
+def test_report_lists_every_node_failed_and_unreachable_ones_with_their_error(tmp_path):
+    """Issue 64: a node that could not be read or reached was left out of fleet.json and the page, whose header says
+    it shows them. Here one node's machine is gone (its topology cannot be read) and one cannot be reached: both are
+    in the file with their error, the run does not fail, and the summary counts them."""
+    directory = str(tmp_path / "fleet")
+    inventory = failing_fleet(directory, ("kubelet-static", "agent", "unreachable", "agent"))
+    shutil.rmtree(os.path.join(directory, "nodes", "node003-agent", "root", "sys"))
+    report = tmp_path / "report"
+    proc = run_playbook("report.yml", inventory, {"kubecpu_report_dir": str(report)})
+    assert "4 nodes, 2 with errors (1 unreachable)" in " ".join(proc.stdout.split())
+    nodes = {n["node"]: n for n in json.load(open(report / "fleet.json"))["nodes"]}
+    assert sorted(nodes) == ["node000-kubelet-static", "node001-agent", "node002-unreachable", "node003-agent"]
+    assert nodes["node000-kubelet-static"]["error"] is None and nodes["node001-agent"]["error"] is None
+    lost = nodes["node002-unreachable"]
+    assert lost["unreachable"] and "Failed to connect to the host via ssh" in lost["error"] and lost["cpus"] == []
+    broken = nodes["node003-agent"]
+    assert not broken["unreachable"] and broken["error"] and broken["cpus"] == [], broken
+    html = (report / "index.html").read_text()
+    assert "node002-unreachable" in html and "node003-agent" in html
+    if CHROMIUM is None and not os.environ.get("CI"):
+        return  # the page's own text is checked where a browser is (CI always)
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto((report / "index.html").as_uri())
+        said = page.inner_text('.node[data-node="node002-unreachable"] .error')
+        assert said.startswith("unreachable: ") and "Failed to connect" in said
+        assert page.inner_text('.node[data-node="node003-agent"] .error').startswith("error: ")
+        assert "2 nodes with errors (1 unreachable)" in page.inner_text("#stats")
+        meta = page.inner_text('.node[data-node="node001-agent"] .meta')
+        assert "4 CPUs, 4 cores, 1 socket, 1 NUMA node" in meta  # no "1 sockets"
+        assert "reserved CPUs: 0" in meta and "shared pool CPUs: 0,3" in meta  # CPU lists, not counts
+        captions = page.eval_on_selector_all('.node[data-node="node001-agent"] .side caption',
+                                             "els => els.map(e => e.innerText)")
+        assert "Free whole cores per NUMA node" in captions and "Exclusive CPUs by owner" in captions
         browser.close()
 
 
