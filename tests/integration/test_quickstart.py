@@ -1,5 +1,5 @@
-"""The README's quick start, run as written on a systemd node: the collection built and installed, the shipped
-example inventory copied, then the plan, the rollout and the report playbooks against this one "local" node.
+"""The README's install and quick start, run as written on a systemd node: the collection built and installed, the
+shipped example inventory copied, then the plan, the rollout and the report playbooks against this one "local" node.
 
 The node is a podman container of the Molecule image (Debian 12, systemd as PID 1; scripts/molecule-image.sh),
 privileged as a node's root is, with the clone and the controller's Python (the clone's .venv: ansible-core) mounted
@@ -71,7 +71,7 @@ def node_shell(node, script, timeout=900):
 
 
 def test_the_readme_quick_start_as_written_ends_with_a_rollout_and_a_report(systemd_node):
-    steps = readme_block("Quick start: the collection on this machine")
+    steps = readme_block("Install") + readme_block("Quick start: the collection on this machine")
     commands = [command for command, _shown in steps]
     script = "".join("echo %s %d\n%s 2>&1 || { echo %s failed $?; exit 1; }\n" % (MARK, number, command, MARK)
                      for number, command in enumerate(commands))

@@ -1,6 +1,6 @@
-"""The README's examples run as written and print what the README shows: a drift between the two fails the suite.
-Its "real example" runs here (bin/kubecpu on the shipped examples/node.json and examples/pod.json); the quick start
-runs on a systemd node (test_quickstart.py)."""
+"""The documentation's examples run as written and print what it shows: a drift between the two fails the suite.
+docs/USAGE.md's "real example" runs here (bin/kubecpu on the shipped examples/node.json and examples/pod.json); the
+README's install and quick start run on a systemd node (test_quickstart.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import subprocess
 from test_modules import ROOT
 
 
-def readme_block(title):
+def readme_block(title, page="README.md"):
     """The commands ("$ " lines; a trailing "\\" continues one) and the lines shown after each, of the first console
-    block under the README heading ``title``."""
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
+    block under the heading ``title`` of ``page`` (the README, or a page under docs/)."""
+    with open(os.path.join(ROOT, page), encoding="utf-8") as handle:
         text = handle.read()
     section = text.split("\n## " + title + "\n", 1)[1].split("\n## ", 1)[0]
     lines = re.search(r"```console\n(.*?)```", section, re.S).group(1).splitlines()
@@ -37,7 +37,7 @@ def test_the_real_example_prints_what_the_readme_shows(tmp_path):
     checkout), each command in turn: the exit status 0 and the output line for line."""
     for name in ("bin", "examples"):
         os.symlink(os.path.join(ROOT, name), str(tmp_path / name))
-    steps = readme_block("A real example")
+    steps = readme_block("A real example", os.path.join("docs", "USAGE.md"))
     assert len(steps) >= 5
     for command, shown in steps:
         proc = subprocess.run(["bash", "-c", command], cwd=str(tmp_path), capture_output=True, text=True, timeout=60,

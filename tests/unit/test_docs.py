@@ -1,11 +1,15 @@
-"""The specification ships with the code: every document the code cites is in docs/, equal to the ground truth."""
+"""The specification ships with the code: every document the code cites is in docs/, equal to the ground truth. The
+README is the one a collection's user expects: short, in the order they read it, its support matrix made from what the
+suite runs (scripts/support_matrix.py); every playbook has a page on the docsite."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 
 import pytest
+import yaml
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.kubelet_cases import ROOT, SHARED
 
@@ -22,11 +26,11 @@ def cited():
         for name in files:
             with open(name, encoding="utf-8") as handle:
                 found.update(CITED.findall(handle.read()))
-    return found - {"README.md", "CHANGELOG.md", "DEVELOPERS.md", "ENVIRONMENT.md", "STYLE.md"}
+    return found - {"README.md", "CHANGELOG.md", "CONTRIBUTING.md", "DEVELOPERS.md", "ENVIRONMENT.md", "STYLE.md"}
 
 
 KUBECPU_OWN = ("README.md", "VERSIONS_IN_KUBECPU.md", "ARCHITECTURE.md", "HOUSEKEEPING.md", "RUNTIMES_TESTED.md",
-               "REAL_KUBELET.md")  # not copies of the ground truth
+               "REAL_KUBELET.md", "TESTING.md", "USAGE.md")  # not copies of the ground truth
 
 
 def test_every_cited_document_is_in_docs():
@@ -37,7 +41,7 @@ def test_every_cited_document_is_in_docs():
 
 @pytest.mark.skipif(not os.path.isdir(SHARED), reason="the ground truth is not beside this copy")
 @pytest.mark.parametrize("name", sorted(n for n in os.listdir(os.path.join(ROOT, "docs"))
-                                        if n not in KUBECPU_OWN))
+                                        if n.endswith(".md") and n not in KUBECPU_OWN))
 def test_the_copies_equal_the_ground_truth(name):
     with open(os.path.join(ROOT, "docs", name), "rb") as copy, open(os.path.join(SHARED, name), "rb") as truth:
         assert copy.read() == truth.read(), "docs/%s differs from the ground truth: copy it again" % name
@@ -63,3 +67,79 @@ def _parameters(tokens, source):
     parameters with "-", which one id may hold too ("cri-o 1.36.3-cri")."""
     return not tokens or any('"%s"' % "-".join(tokens[:end]) in source and _parameters(tokens[end:], source)
                              for end in range(len(tokens), 0, -1))
+
+
+def readme():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def test_the_readme_is_short_and_in_the_order_its_users_read_it():
+    text = readme()
+    lines = text.splitlines()
+    assert len(lines) <= 200
+    assert [n for n, line in enumerate(lines, 1) if len(line) > 120] == []
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    assert headings == ["Support matrix", "Install", "Quick start: the collection on this machine", "Which mode to use",
+                        "Uninstall", "Troubleshooting", "Links"]
+    assert "**Why pick it:**" in text.split("\n## ", 1)[0]
+
+
+def test_no_readme_table_cell_is_over_40_words():
+    cells = [cell for line in readme().splitlines() if line.startswith("|") for cell in line.strip("|").split("|")]
+    assert cells and max(len(cell.split()) for cell in cells) <= 40
+
+
+def test_the_readme_keeps_its_two_set_up_commands_for_a_fresh_debian_12():
+    blocks = re.findall(r"```bash\n(.*?)```", readme(), re.S)
+    commands = [line for block in blocks for line in block.splitlines() if line and not line.startswith("#")]
+    assert commands == ["bash scripts/demo.sh", "bash scripts/test.sh"]
+
+
+def support_matrix():
+    spec = importlib.util.spec_from_file_location("support_matrix", os.path.join(ROOT, "scripts", "support_matrix.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_support_matrix_is_the_one_made_from_what_the_suite_runs():
+    """Made from docs/RUNTIMES_TESTED.md, scripts/kubelet.sh, kubelet_versions.KNOWN, meta/runtime.yml and the
+    rest: a runtime or kubelet added to the suite, or one dropped, changes the README (support_matrix.py --write)."""
+    made = support_matrix()
+    block = made.matrix()
+    text = readme()
+    assert text[text.index(made.BEGIN):text.index(made.END) + len(made.END) + 1] == block
+    for shown in ("containerd 1.6.20", "containerd 2.4.2", "CRI-O 1.36.3", "1.35, 1.36, 1.37, 1.38", "1.37.2"):
+        assert shown in block
+
+
+def test_the_support_matrix_follows_its_sources():
+    """A runtime whose NRI cell names no test is shown without it; the kubelets come from kubelet.sh's releases."""
+    made = support_matrix()
+    assert made.tested("`tests/integration/test_nri.py::test_x[containerd 1.7.24]`") == "tested"
+    assert made.tested("none in 1.6 (the cgroup watch and the period)") == "none in 1.6"
+    assert made.cgroups("cgroup v1: `tests/a.py::t`", "`tests/b.py::t`") == ("cgroupfs", "systemd")
+    assert made.cgroups("cgroup v1: `x`; cgroup v2: `y`", "none") == ("cgroupfs", "cgroupfs")
+
+
+def test_the_readme_installs_the_version_galaxy_yml_builds():
+    with open(os.path.join(ROOT, "galaxy.yml"), encoding="utf-8") as handle:
+        version = yaml.safe_load(handle)["version"]
+    named = set(re.findall(r"kubecpu-cpu_manager-([\d.]+)\.tar\.gz", readme()))
+    assert named == {version}
+
+
+def test_every_playbook_has_a_docsite_page_that_names_only_variables_it_reads():
+    with open(os.path.join(ROOT, "docs", "docsite", "extra-docs.yml"), encoding="utf-8") as handle:
+        pages = {page for section in yaml.safe_load(handle)["sections"] for page in section["toctree"]}
+    playbooks = sorted(name[:-4] for name in os.listdir(os.path.join(ROOT, "playbooks")) if name.endswith(".yml"))
+    assert playbooks and {"playbook_" + name for name in playbooks} <= pages
+    for name in playbooks:
+        with open(os.path.join(ROOT, "playbooks", name + ".yml"), encoding="utf-8") as handle:
+            playbook = handle.read()
+        with open(os.path.join(ROOT, "docs", "docsite", "rst", "playbook_%s.rst" % name), encoding="utf-8") as handle:
+            page = handle.read()
+        assert ".. _ansible_collections.kubecpu.cpu_manager.docsite.playbook_%s:" % name in page
+        named = set(re.findall(r"``(kubecpu_\w+)``", page))
+        assert named and sorted(v for v in named if v not in playbook) == [], name
