@@ -152,7 +152,8 @@ mypy
 stage yamllint "yamllint"
 # changelogs/changelog.yaml is antsibull-changelog's, in its own layout, rewritten at each release
 yamllint -s -d '{extends: default, ignore: [changelogs/changelog.yaml], rules: {line-length: {max: 160}, document-start: {present: true}}}' \
-  galaxy.yml meta changelogs tests/integration/modules.yml tests/integration/crictl.yml roles playbooks extensions examples
+  galaxy.yml meta changelogs tests/integration/modules.yml tests/integration/crictl.yml roles playbooks extensions examples \
+  docs/docsite
 stage ansible-lint "at the collection root, as Galaxy's importer runs it (production profile, .ansible-lint)"
 ANSIBLE_COLLECTIONS_PATH="$root/.cache/collections" ansible-lint --offline --profile production
 stage changelog "antsibull-changelog lint"
