@@ -98,7 +98,7 @@ options:
       - A flag that sets what this module plans (C(--cpu-manager-policy), C(--cpu-manager-policy-options),
         C(--cpu-manager-reconcile-period), C(--reserved-cpus), C(--kube-reserved), C(--system-reserved), their
         C(-cgroup) flags, C(--topology-manager-policy), C(--topology-manager-scope),
-        C(--topology-manager-policy-options)) is refused: on the command line it overrides the configuration file.
+        C(--topology-manager-policy-options)) is refused; on the command line it overrides the configuration file.
       - Omitted, the command line of the running kubelet is read from C(/proc), the kubelet being the process named
         C(kubelet) that systemd runs in O(kubelet_service)'s cgroup, as root (real and effective user), running
         O(kubelet_binary) when it is given. Any local user can name a process C(kubelet); one that fails a check is not read, and
