@@ -4,6 +4,7 @@ suite runs (scripts/support_matrix.py); every playbook has a page on the docsite
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import re
@@ -30,7 +31,7 @@ def cited():
 
 
 KUBECPU_OWN = ("README.md", "VERSIONS_IN_KUBECPU.md", "ARCHITECTURE.md", "HOUSEKEEPING.md", "RUNTIMES_TESTED.md",
-               "REAL_KUBELET.md", "TESTING.md", "USAGE.md")  # not copies of the ground truth
+               "REAL_KUBELET.md", "TESTING.md", "USAGE.md", "SECURITY.md")  # not copies of the ground truth
 
 
 def test_every_cited_document_is_in_docs():
@@ -143,3 +144,22 @@ def test_every_playbook_has_a_docsite_page_that_names_only_variables_it_reads():
         assert ".. _ansible_collections.kubecpu.cpu_manager.docsite.playbook_%s:" % name in page
         named = set(re.findall(r"``(kubecpu_\w+)``", page))
         assert named and sorted(v for v in named if v not in playbook) == [], name
+
+
+MODULES = sorted(name for name in os.listdir(os.path.join(ROOT, "plugins", "modules")) if name.endswith(".py"))
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_module_documentation_parses_as_yaml(module):
+    """A ": " inside a plain YAML scalar makes ansible-doc, the docsite and the changelog's plugin scan fail on the
+    whole module (twice in issue 63's work): caught here, in the unit stage, before they run."""
+    with open(os.path.join(ROOT, "plugins", "modules", module), encoding="utf-8") as handle:
+        tree = ast.parse(handle.read())
+    blocks = {node.targets[0].id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+              and isinstance(node.targets[0], ast.Name) and node.targets[0].id in ("DOCUMENTATION", "EXAMPLES", "RETURN")}
+    assert sorted(blocks) == ["DOCUMENTATION", "EXAMPLES", "RETURN"]
+    for name, text in blocks.items():
+        try:
+            yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            pytest.fail("%s %s is not YAML: %s" % (module, name, error))
