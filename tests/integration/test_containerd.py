@@ -343,6 +343,7 @@ def test_agent_and_one_shot_passes_together_never_double_book(lab, pods, tmp_pat
 
 def test_the_cri_runtime_needs_nothing_but_python_and_writes_no_code(lab, pods, tmp_path, bare_python):
     state = tmp_path / "kubecpu" / "state"
+    state.parent.mkdir()  # kubecpu makes no directory it was not asked for
     g = pods("bare-python", "Guaranteed", [{"name": "main", "cpu": 1000}])
     argv = [KUBECPU, "reconcile", "--runtime", "cri", "--runtime-endpoint", lab.endpoint, "--state", str(state),
             "--num-reserved", "1", "--kubelet-state", str(tmp_path / "kubelet-state")]

@@ -48,6 +48,7 @@ class Plugin:
         self.lab = lab
         self.python = python  # a bare python3: the plugin needs no package
         self.state = os.path.join(directory, "kubecpu", "state")
+        os.makedirs(os.path.dirname(self.state), exist_ok=True)  # kubecpu makes no directory it was not asked for
         self.log_path = os.path.join(directory, "plugin.log")
         self.proc = None
 
