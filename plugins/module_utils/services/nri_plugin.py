@@ -33,7 +33,7 @@ import signal
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, TextIO, Tuple
 
-from ..errors import (ContainerNotFoundError, HousekeepingError, KubecpuError, KubeletPinsError, MessageError,
+from ..errors import (ConnectionBroken, ContainerNotFoundError, HousekeepingError, KubecpuError, KubeletPinsError, MessageError,
                       StateError, StoreError)
 from ..kubelet.cpuset import CPUSet
 from ..node.housekeeping import kept_off
@@ -44,7 +44,7 @@ from ..runtime.nri_api import (CREATE_CONTAINER, DEFAULT_INDEX, DEFAULT_NAME, DE
                                REMOVE_CONTAINER, RUNTIME_SERVICE, STOP_CONTAINER, UPDATE_CONTAINER, container_model,
                                event_mask, now_ns, schema)
 from ..wire.proto_schema import Encoded
-from ..wire.ttrpc import INTERNAL, INVALID_ARGUMENT, OK, POLL, UNIMPLEMENTED, UNKNOWN, Channel, ConnectionBroken
+from ..wire.ttrpc import INTERNAL, INVALID_ARGUMENT, OK, POLL, UNIMPLEMENTED, UNKNOWN, Channel
 from .agent import say, write_metrics
 
 DEFAULT_REQUEST_TIMEOUT = 2.0
