@@ -33,8 +33,8 @@ import signal
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, TextIO, Tuple
 
-from ..errors import (ConnectionBroken, ContainerNotFoundError, HousekeepingError, KubecpuError, KubeletPinsError, MessageError,
-                      StateError, StoreError)
+from ..errors import (ConnectionBroken, ContainerNotFoundError, HousekeepingError, KubecpuError, KubeletPinsError,
+                      MessageError, StateError, StoreError)
 from ..kubelet.cpuset import CPUSet
 from ..node.housekeeping import kept_off
 from ..node.manager import NodeManager
