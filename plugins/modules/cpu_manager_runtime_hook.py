@@ -16,19 +16,25 @@ description:
     C(cpu_manager_agent_mode=hook).
   - containerd (1.6, 1.7, 2.1 and 2.4, the releases the collection's tests run; any other version is refused, as it
     was not seen running a base spec's hooks) gets the hook through the CRI runtime handler's C(base_runtime_spec) -
-    a spec file made from the handler's own base spec, or containerd's default (C(ctr oci spec)), with the hook added
-    - and one line in one configuration file; every other byte of the operator's files is left as it was.
-  - The configuration is O(containerd_config) and the files it C(imports), read in containerd's order. The line goes
-    where containerd takes it from - on containerd 2, which merges imported tables key by key, the last file with the
-    handler's table (O(containerd_config) when none has it); on 1.x, where an imported table of the CRI plugin
-    replaces the whole plugin, the last file with one. Version 2 files get C("...") strings, version 3 files (what
-    C(containerd config default) writes on containerd 2) C('...').
-  - Before returning, C(containerd config dump) must show the file for the handler, else the configuration is put
-    back and the task fails. containerd must then restart (RV(restart_needed)) to use it.
+    a spec file made from the base spec containerd ran the handler with (the operator's, or containerd's default,
+    C(ctr oci spec)), with the hook added - and one line in one configuration file; every other byte of the
+    operator's files is left as it was.
+  - The configuration is O(containerd_config) and the files it C(imports) (globs, relative paths, comment-only
+    drop-ins), read in containerd's order and merged as containerd merges them - on containerd 2 key by key, a later
+    file over an earlier one, so a drop-in that redefines the handler's table without C(base_runtime_spec) keeps the
+    main file's; on 1.x an imported table of the CRI plugin replaces the whole plugin. The line goes into the file
+    whose handler table containerd takes last (O(containerd_config) when none has one): the value replaced in its
+    own quotes, else a line after the table's header, else a table appended. A comment-only file first gets the
+    version the running containerd writes.
+  - Before returning, C(containerd config dump) must show the file for the handler, else every file is put back and
+    the task fails. containerd must then restart (RV(restart_needed)) to use it.
+  - Every file rewritten keeps its owner, group and mode (containerd's configuration can hold registry
+    credentials); the spec and C(<spec_path>.previous), which records the edit, are new files of mode 0600.
   - CRI-O gets an OCI hooks.d file, C(kubecpu.json) in O(crio_hooks_dir), for every container at C(createRuntime);
     CRI-O watches the directory, so nothing restarts. The collection's tests run it on CRI-O 1.36.3.
-  - O(state=absent) puts back what the handler's C(base_runtime_spec) was before (or removes the line) and removes
-    the files, only while the line is still kubecpu's.
+  - O(state=absent) takes kubecpu's line out of every file that still has it, so that each file is byte for byte
+    what it was (CRLF line ends, comments and a placeholder's emptiness included) unless someone changed it around
+    the line since, and removes the spec and its record. A line someone changed is theirs and stays.
   - Every path option must be absolute (O(python) is the hook's own path, which the OCI runtime spec wants absolute);
     a relative one, or a O(timeout) outside 1-120, is refused before anything is written.
 author: kubecpu developers (@kubecpu)
@@ -72,8 +78,8 @@ options:
     default: 10
   containerd_config:
     description:
-      - containerd's main configuration file (version 2 or 3, or an empty file, which gets the version of the
-        containerd that runs).
+      - containerd's main configuration file (version 2, 3 or 4, or a comment-only file, which gets the version of
+        the containerd that runs).
       - The files it imports are read too; the line may go into one of them (see the description).
     type: path
     default: /etc/containerd/config.toml

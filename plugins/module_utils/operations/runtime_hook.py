@@ -3,17 +3,17 @@
 """Installing ``bin/kubecpu hook`` into a container runtime, and taking it out again (``cpu_manager_fail_closed``).
 
 * containerd (CRI; 1.6, 1.7, 2.1 and 2.4 tried): the runtime handler's ``base_runtime_spec`` names a spec file that
-  holds the hook. The spec is the handler's own base spec when it has one, else the runtime's default
-  (``ctr oci spec``), with kubecpu's entry added to ``hooks.createRuntime``. One line in one configuration file
-  (``base_runtime_spec = "<file>"``; ``'<file>'`` in a version 3 file, as containerd 2 writes its strings) is
-  edited in the text so that every other byte of the operator's files stays; what the line said before is
-  returned, to be put back on removal. A configuration with no table for the handler gets one, with containerd's
-  default ``runtime_type``.
-* containerd's ``imports``: the files are read in containerd's order (the main file, then each import, a glob's
-  matches sorted, breadth first, each file once), and the line goes into the file whose value containerd takes:
-  containerd 2 merges imported tables key by key, so the last file with the handler's table; containerd 1.x
-  replaces a plugin's whole table with an imported one, so the last file with a table of the CRI plugin.
+  holds the hook. The spec is the base spec containerd ran the handler with (the value it reads from all its files,
+  ``containerd_config.effective``), else the runtime's default (``ctr oci spec``), with kubecpu's entry added to
+  ``hooks.createRuntime``. One line goes into the file whose handler table containerd takes last (its value
+  replaced in its own quotes, or a line after the table's header, or a table appended, with containerd's default
+  ``runtime_type``), and every other byte of the operator's files stays. What the edit was is kept in
+  ``<spec>.previous`` with the value containerd ran with before, so that removal gives the file back byte for byte.
 * CRI-O: an OCI hooks.d file (``hooks.d`` schema 1.0.0) at the ``createRuntime`` stage, for every container.
+
+Every file rewritten keeps its owner, group and mode (``atomic_write``): containerd's configuration can hold registry
+credentials. The spec and the record kubecpu makes are 0600 (containerd reads them as root); the hooks.d file 0644
+(podman reads the directory as the user who runs it).
 
 Whether containerd took it is for containerd to say: ``containerd config dump`` (the configuration it would run
 with) must show the file in the handler's table, which ``dumped_base_spec`` reads.
@@ -21,37 +21,26 @@ with) must show the file in the handler's table, which ``dumped_base_spec`` read
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..atomic import atomic_write
 from ..errors import ConfigError
 from ..paths import is_absolute_path
+from .containerd_config import (ConfigFile, config_files, dumped_base_spec, effective, parse,
+                                read_text, set_line, take_out)
+
+__all__ = ["read_text"]  # daemon_dropins reads with it
 
 Run = Callable[[List[str]], str]  # runs an argument list, returns its stdout; ConfigError when it fails
 
 HOOK_STAGE = "createRuntime"
 # containerd releases seen running a base_runtime_spec's hooks, in the suite: 1.6.20, 1.7.24, 2.1.9, 2.4.2
 KEEPS_HOOKS = ((1, 6), (1, 7), (2, 1), (2, 4))
-MAX_FILE_BYTES = 4 * 1024 * 1024  # config.toml, an imported file, a spec, a dump
-MAX_IMPORTS = 64  # configuration files read through ``imports``
 MAX_HOOK_TIMEOUT = 120  # seconds a runtime may give the hook: the kubelet's default runtimeRequestTimeout
-DEFAULT_RUNTIME_TYPE = "io.containerd.runc.v2"
-# The CRI plugin (its first two keys) per config version: 2 (containerd 1.x), 3 (2.0-2.3), 4 (2.4: the servers'
-# sections moved into plugins, the CRI plugin's did not); its runtimes' table is below it.
-_CRI_PLUGINS = {2: ("plugins", "io.containerd.grpc.v1.cri"), 3: ("plugins", "io.containerd.cri.v1.runtime"),
-                4: ("plugins", "io.containerd.cri.v1.runtime")}
-_RUNTIMES = ("containerd", "runtimes")
-_QUOTES = {2: '"', 3: "'", 4: "'"}  # how each version's files quote (containerd config default)
-_HANDLER = re.compile(r"[A-Za-z0-9_.-]+\Z")
-_KEY = re.compile(r"\s*base_runtime_spec\s*=\s*(\"(?:[^\"\\]|\\.)*\"|'[^']*')\s*(#.*)?\Z")
-_HEADER = re.compile(r"\s*\[([^\[\]]+)\]\s*(#.*)?\Z")
-_VERSION = re.compile(r"\s*version\s*=\s*([0-9]+)\s*(#.*)?\Z")
-_IMPORTS = re.compile(r"^imports\s*=\s*\[([^\]]*)\]", re.MULTILINE)
-_STRING = re.compile(r"\"((?:[^\"\\]|\\.)*)\"|'([^']*)'")
+_RECORD_KINDS = {"value": ("literal",), "line": ("inserted",), "table": ("appended", "tail")}
 
 
 def hook_entry(python: str, kubecpu: str, config: str, timeout: int) -> Dict[str, Any]:
@@ -95,184 +84,6 @@ def crio_hook(entry: Dict[str, Any]) -> Dict[str, Any]:
     return {"version": "1.0.0", "hook": entry, "when": {"always": True}, "stages": [HOOK_STAGE]}
 
 
-def _toml_string(value: str, version: int) -> str:
-    if any(ord(char) < 32 or char in "\"'\\" for char in value):
-        raise ConfigError("base_runtime_spec path %r has a quote, a backslash or a control character" % value)
-    return _quoted(value, version)
-
-
-def _quoted(text: str, version: int) -> str:
-    """``text`` as a TOML string in the quotes a file of ``version`` uses (it holds no quote or backslash)."""
-    return _QUOTES[version] + text + _QUOTES[version]
-
-
-def _unquote(literal: str) -> str:
-    return literal[1:-1].replace('\\"', '"').replace("\\\\", "\\") if literal.startswith('"') else literal[1:-1]
-
-
-def _table_name(header: str) -> Tuple[str, ...]:
-    """A TOML table header's keys, unquoted (``plugins."a.b".c`` and ``plugins.'a.b'.c`` are the same table)."""
-    parts = re.findall(r'\s*("(?:[^"\\]|\\.)*"|\'[^\']*\'|[A-Za-z0-9_-]+)\s*(?:\.|$)', header)
-    return tuple(_unquote(part) if part[0] in "\"'" else part for part in parts)
-
-
-def _header(keys: Sequence[str], version: int) -> str:
-    return "[%s]" % ".".join(key if re.match(r"[A-Za-z0-9_-]+\Z", key) else _quoted(key, version) for key in keys)
-
-
-def _empty(lines: Sequence[str]) -> bool:
-    """Nothing but blank lines and comments."""
-    return not any(line.strip() and not line.lstrip().startswith("#") for line in lines)
-
-
-def _version(lines: Sequence[str]) -> int:
-    for line in lines:
-        if _HEADER.match(line):
-            break
-        found = _VERSION.match(line)
-        if found:
-            return int(found.group(1))
-    return 1
-
-
-def _handler_keys(lines: Sequence[str], handler: str) -> Tuple[int, Tuple[str, ...]]:
-    """The file's config version and the handler's table's keys in it."""
-    if not _HANDLER.match(handler):
-        raise ConfigError("runtime handler %r: expected letters, digits, '_', '.' or '-'" % handler)
-    version = _version(lines)
-    if version not in _CRI_PLUGINS:
-        raise ConfigError("containerd config version %d: kubecpu writes versions 2 (containerd 1.6, 1.7), 3 and 4 "
-                          "(containerd 2); migrate it with containerd config migrate" % version)
-    return version, _CRI_PLUGINS[version] + _RUNTIMES + (handler,)
-
-
-def _tables(lines: Sequence[str]) -> Iterator[Tuple[Tuple[str, ...], int, int]]:
-    """Every table of the file: its keys and its lines [start, end)."""
-    start: Optional[int] = None
-    keys: Tuple[str, ...] = ()
-    for number, line in enumerate(lines):
-        header = _HEADER.match(line)
-        if header is None:
-            continue
-        if start is not None:
-            yield keys, start, number
-        start, keys = number, _table_name(header.group(1))
-    if start is not None:
-        yield keys, start, len(lines)
-
-
-def _handler_table(lines: Sequence[str], handler: str) -> Tuple[int, Tuple[str, ...], Optional[Tuple[int, int]]]:
-    """The file's version, the handler's table's keys, and its lines [start, end) when the file has it."""
-    version, keys = _handler_keys(lines, handler)
-    for name, start, end in _tables(lines):
-        if name == keys:
-            return version, keys, (start, end)
-    return version, keys, None
-
-
-def set_base_runtime_spec(text: str, handler: str, path: Optional[str], *,
-                          new_version: int = 2) -> Tuple[str, Optional[str]]:
-    """``config.toml`` with the handler's ``base_runtime_spec`` set to ``path`` (None: the line removed), and what it
-    was before (None: no such line). Only that line changes (or a table for the handler is appended). An empty
-    file (a distribution's placeholder) gets ``version = new_version`` first: it would be read as version 1."""
-    lines = text.split("\n")
-    if path is not None and _empty(lines):
-        text = "version = %d\n" % new_version + text
-        lines = text.split("\n")
-    version, keys, table = _handler_table(lines, handler)
-    if table is None:
-        if path is None:
-            return text, None
-        block = [_header(keys, version), "  runtime_type = %s" % _quoted(DEFAULT_RUNTIME_TYPE, version),
-                 "  base_runtime_spec = %s" % _toml_string(path, version)]
-        return text.rstrip("\n") + "\n\n" + "\n".join(block) + "\n", None
-    start, end = table
-    for number in range(start + 1, end):
-        found = _KEY.match(lines[number])
-        if found:
-            previous = _unquote(found.group(1))
-            if path is None:
-                del lines[number]
-            else:
-                indent = lines[number][: len(lines[number]) - len(lines[number].lstrip())]
-                lines[number] = "%sbase_runtime_spec = %s" % (indent, _toml_string(path, version))
-            return "\n".join(lines), previous
-        if re.match(r"\s*base_runtime_spec\s*=", lines[number]):
-            raise ConfigError("the %s table's base_runtime_spec line is not a plain string: %s"
-                              % (".".join(keys), lines[number]))
-    if path is None:
-        return text, None
-    indent = re.match(r"\s*", lines[start]).group(0) + "  "  # type: ignore[union-attr]  # always matches
-    lines.insert(start + 1, "%sbase_runtime_spec = %s" % (indent, _toml_string(path, version)))
-    return "\n".join(lines), None
-
-
-def dumped_base_spec(text: str, handler: str) -> Optional[str]:
-    """The handler's ``base_runtime_spec`` in a configuration file or in ``containerd config dump``'s output (None
-    when it has none or it is empty)."""
-    lines = text.split("\n")
-    table = _handler_table(lines, handler)[2]
-    if table is None:
-        return None
-    for line in lines[table[0] + 1: table[1]]:
-        found = _KEY.match(line)
-        if found:
-            return _unquote(found.group(1)) or None
-    return None
-
-
-def _imports(text: str, path: str) -> List[str]:
-    """The files a configuration imports, as containerd resolves them: relative to the file's directory, a glob's
-    matches sorted."""
-    top = text.split("\n[", 1)[0]  # ``imports`` is a top-level key
-    found = _IMPORTS.search(top)
-    if found is None:
-        return []
-    files: List[str] = []
-    for basic, literal in _STRING.findall(found.group(1)):
-        name = os.path.normpath(os.path.join(os.path.dirname(path), basic or literal))
-        files.extend(sorted(glob.glob(name)) if glob.has_magic(name) else [name])
-    return files
-
-
-def config_files(config: str) -> List[Tuple[str, str]]:
-    """The main configuration file and every file it imports, with their texts, in the order containerd merges them
-    (breadth first, each file once)."""
-    pending, seen = [os.path.normpath(config)], set()
-    files: List[Tuple[str, str]] = []
-    while pending:
-        path = pending.pop(0)
-        if path in seen:
-            continue
-        seen.add(path)
-        text = read_text(path)
-        if text is None:
-            if not files:
-                raise ConfigError("%s does not exist: write containerd's configuration first (containerd config "
-                                  "default)" % config)
-            raise ConfigError("%s imports %s, which does not exist (containerd would not start)" % (config, path))
-        files.append((path, text))
-        if len(files) > MAX_IMPORTS:
-            raise ConfigError("%s imports more than %d files" % (config, MAX_IMPORTS))
-        pending.extend(_imports(text, path))
-    return files
-
-
-def target_file(files: Sequence[Tuple[str, str]], handler: str, deep_merge: bool) -> int:
-    """Which file's line containerd takes (an index into ``files``): with ``deep_merge`` (containerd 2) the last file
-    with the handler's table, else (1.x: an imported plugin table replaces the whole table) the last with a table of
-    the CRI plugin. The main file when none has one."""
-    chosen = 0
-    for index, (_path, text) in enumerate(files):
-        lines = text.split("\n")
-        if _empty(lines):
-            continue
-        keys = _handler_keys(lines, handler)[1]
-        if any(name == keys if deep_merge else name[:2] == keys[:2] for name, _start, _end in _tables(lines)):
-            chosen = index
-    return chosen
-
-
 def containerd_version(text: str) -> Tuple[int, int]:
     """(major, minor) from ``containerd --version`` (``containerd github.com/containerd/containerd v1.7.24 ...``;
     Debian's packages print ``1.6.20~ds1``)."""
@@ -289,23 +100,6 @@ class Installed(NamedTuple):
     detail: str
 
 
-def read_text(path: str, limit: int = MAX_FILE_BYTES) -> Optional[str]:
-    """A UTF-8 file of at most ``limit`` bytes, or None when there is none (daemon_dropins reads with it too)."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(limit + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ConfigError("cannot read %s: %s" % (path, exc.strerror or exc)) from None
-    if len(data) > limit:
-        raise ConfigError("%s is larger than %d bytes" % (path, limit))
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError("%s is not UTF-8" % path) from None
-
-
 def _json_file(path: str) -> Dict[str, Any]:
     text = read_text(path)
     if text is None:
@@ -319,7 +113,8 @@ def _json_file(path: str) -> Dict[str, Any]:
     return doc
 
 
-def _write(path: str, text: str, mode: int = 0o644) -> None:
+def _write(path: str, text: str, mode: int) -> None:
+    """``path`` replaced by ``text``; a file that is there keeps its owner, group and mode, a new one gets ``mode``."""
     try:
         atomic_write(path, text.encode("utf-8"), durable=True, mode=mode)
     except OSError as exc:
@@ -331,9 +126,22 @@ def _json_text(doc: Dict[str, Any]) -> str:
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
+def _record(path: str, record: Any) -> Dict[str, Any]:
+    """An edit as ``set_line`` records it, checked: it is put back into the operator's file."""
+    fields = _RECORD_KINDS.get(str(record.get("kind"))) if isinstance(record, dict) else None
+    version_line = record.get("version_line") if isinstance(record, dict) else None
+    if fields is None or not all(isinstance(record.get(name), str) for name in fields) or (
+            record["kind"] != "table" and not record[fields[0]]) or not (
+            version_line is None or re.match(r"version = [0-9]+\r?\n\Z", str(version_line))) or (
+            record["kind"] == "value" and not re.match(r"(\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*')\Z", record["literal"])):
+        raise ConfigError("the record of kubecpu's edit of %s is not one kubecpu writes: %r" % (path, record))
+    return dict(record)
+
+
 class Containerd:
     """containerd's CRI runtime handler ``handler`` in ``config`` (its ``config.toml``), the hook's spec at ``spec``
-    (its previous ``base_runtime_spec`` kept in ``<spec>.previous``); ``containerd`` and ``ctr`` run through ``run``."""
+    (what containerd ran the handler with before, and kubecpu's edits, kept in ``<spec>.previous``); ``containerd``
+    and ``ctr`` run through ``run``."""
 
     def __init__(self, config: str, handler: str, spec: str, run: Run, binaries: str = "") -> None:
         self.config, self.handler, self.spec, self.run = config, handler, spec, run
@@ -344,8 +152,11 @@ class Containerd:
     def previous_path(self) -> str:
         return self.spec + ".previous"
 
+    def version(self) -> Tuple[int, int]:
+        return containerd_version(self.run([self.containerd, "--version"]))
+
     def check_version(self) -> Tuple[int, int]:
-        version = containerd_version(self.run([self.containerd, "--version"]))
+        version = self.version()
         if version not in KEEPS_HOOKS:
             raise ConfigError("containerd %d.%d was not seen running the hooks of a base_runtime_spec (kubecpu tried "
                               "%s): cpu_manager_fail_closed is refused on it; the NRI plugin or the agent loop pin "
@@ -355,62 +166,104 @@ class Containerd:
     def install(self, entry: Dict[str, Any], check: bool) -> Installed:
         files = config_files(self.config)
         version = self.check_version()
-        path, text = files[target_file(files, self.handler, deep_merge=version[0] >= 2)]
-        new_version = 2  # an empty file gets the version this containerd writes
-        if _empty(text.split("\n")) and version[0] >= 2:
-            new_version = _version(self.run([self.containerd, "config", "default"]).split("\n"))
-        new_text, previous = set_base_runtime_spec(text, self.handler, self.spec, new_version=new_version)
-        if previous == self.spec:  # installed before: the base it was made from is remembered
-            previous = self._remembered()
-            base = without_hook(_json_file(self.spec))
-        elif previous:
-            base = _json_file(previous)  # the operator's own base spec: the hook is added to a copy of it
-        else:
-            base = json.loads(self.run([self.ctr, "oci", "spec"]))
-        writes = [(name, content) for name, content, now in (
-            (self.previous_path, json.dumps({"base_runtime_spec": previous}) + "\n", read_text(self.previous_path)),
-            (self.spec, _json_text(with_hook(base, entry)), read_text(self.spec)),
-            (path, new_text, text)) if now != content]
+        found = effective(files, self.handler, version)
+        memory = self._memory()
+        target = files[found.target]
+        if found.value == self.spec:  # installed: containerd runs kubecpu's spec
+            where = files[found.source or 0].path
+            base = self._base(memory["base_runtime_spec"], installed=True)
+            writes = [(self.spec, _json_text(with_hook(base, entry)))]
+        else:  # the spec containerd ran the handler with gets the hook (a copy of it: the operator's stays)
+            where = target.path
+            base = self._base(found.value, installed=False)
+            text, record = set_line(target, self.handler, self.spec,
+                                    self._new_version(target, found.generation, version))
+            memory = {"base_runtime_spec": found.value, "edits": dict(memory["edits"] or {}, **{target.path: record})}
+            writes = [(self.previous_path, json.dumps(memory, sort_keys=True) + "\n"),
+                      (self.spec, _json_text(with_hook(base, entry))), (target.path, text)]
+        before = {name: read_text(name) for name, _content in writes}
+        writes = [(name, content) for name, content in writes if before[name] != content]
         if writes and not check:
             try:
                 os.makedirs(os.path.dirname(self.spec), mode=0o755, exist_ok=True)
             except OSError as exc:
                 raise ConfigError("cannot create %s: %s" % (os.path.dirname(self.spec), exc.strerror)) from None
             for name, content in writes:
-                _write(name, content, 0o600 if name == self.previous_path else 0o644)
+                _write(name, content, 0o600)  # a new spec or record: containerd (root) reads them
             try:
                 self.verify(self.spec)
-            except ConfigError:
-                _write(path, text)  # containerd would not run with it: the operator's file as it was
+            except ConfigError:  # containerd would not run with it: every file as it was
+                for name, _content in reversed(writes):
+                    self._put_back(name, before[name])
                 raise
-        return Installed(bool(writes), [name for name, _content in writes], any(n == path for n, _c in writes),
-                         "base_runtime_spec of handler %s: %s (in %s)" % (self.handler, self.spec, path))
+        return Installed(bool(writes), [name for name, _content in writes], any(n == where for n, _c in writes),
+                         "base_runtime_spec of handler %s: %s (in %s)" % (self.handler, self.spec, where))
 
     def remove(self, check: bool) -> Installed:
         if not os.path.exists(self.config):
             return Installed(False, [], False, "%s does not exist" % self.config)
-        remembered = self._remembered()
-        changed: List[str] = []
-        for path, text in config_files(self.config):
-            if dumped_base_spec(text, self.handler) != self.spec:  # not kubecpu's (a line someone changed is theirs)
-                continue
-            changed.append(path)  # what it was before put back
-            if not check:
-                _write(path, set_base_runtime_spec(text, self.handler, remembered)[0])
+        memory = self._memory()
+        restored: List[ConfigFile] = []
+        changed: List[Tuple[str, str]] = []
+        for config in config_files(self.config):
+            legacy = memory["edits"] is None  # no record: the value it had put back, or the line removed
+            text = take_out(config, self.handler, self.spec, (memory["edits"] or {}).get(config.path),
+                            memory["base_runtime_spec"] if legacy else None)
+            if text is not None:  # only a line that still names kubecpu's spec (one someone changed is theirs)
+                changed.append((config.path, text))
+            restored.append(config if text is None else parse(config.path, text))
         if changed and not check:
-            self.verify(remembered)
+            for path, text in changed:
+                _write(path, text, 0o600)
+            try:
+                expected = effective(restored, self.handler, self.version()).value
+            except ConfigError:
+                expected = memory["base_runtime_spec"]
+            self.verify(expected)
         leftovers = [path for path in (self.spec, self.previous_path) if os.path.exists(path)]
         if not check:
             for path in leftovers:
                 os.unlink(path)
-        return Installed(bool(changed or leftovers), changed + leftovers, bool(changed),
-                         "base_runtime_spec of handler %s: %s" % (self.handler, remembered or "none"))
+        return Installed(bool(changed or leftovers), [path for path, _text in changed] + leftovers, bool(changed),
+                         "base_runtime_spec of handler %s: %s" % (self.handler, memory["base_runtime_spec"] or "none"))
 
-    def _remembered(self) -> Optional[str]:
+    def _memory(self) -> Dict[str, Any]:
+        """``<spec>.previous``: ``base_runtime_spec``, what containerd ran the handler with before (None: nothing,
+        "": containerd 2's empty default), and ``edits``, each file's record (None: no file, or one written before
+        kubecpu recorded its edits, which kept the value only)."""
         if not os.path.exists(self.previous_path):
-            return None
-        previous = _json_file(self.previous_path).get("base_runtime_spec")
-        return previous if isinstance(previous, str) else None  # "": an empty line (containerd 2's default)
+            return {"base_runtime_spec": None, "edits": None}
+        doc = _json_file(self.previous_path)
+        previous, edits = doc.get("base_runtime_spec"), doc.get("edits")
+        if not (previous is None or isinstance(previous, str)) or not (edits is None or isinstance(edits, dict)):
+            raise ConfigError("%s is not a record kubecpu writes: kept; the handler's line can be taken out by hand"
+                              % self.previous_path)
+        if edits is not None:
+            edits = {str(path): _record(path, record) for path, record in edits.items()}
+        return {"base_runtime_spec": previous, "edits": edits}
+
+    def _base(self, previous: Optional[str], installed: bool) -> Dict[str, Any]:
+        """The spec the hook is added to: kubecpu's own without the hook when it is installed and there, else the
+        one containerd ran the handler with, else containerd's default."""
+        if installed and os.path.exists(self.spec):
+            return without_hook(_json_file(self.spec))
+        if previous:
+            return _json_file(previous)
+        return dict(json.loads(self.run([self.ctr, "oci", "spec"])))
+
+    def _new_version(self, target: ConfigFile, generation: int, version: Tuple[int, int]) -> int:
+        """The version a comment-only file gets: the one whose tables containerd takes, in what this containerd
+        writes (version 2 on 1.x)."""
+        if not target.empty or version[0] < 2 or generation == 2:
+            return 2
+        return parse("containerd config default", self.run([self.containerd, "config", "default"])).version
+
+    @staticmethod
+    def _put_back(path: str, text: Optional[str]) -> None:
+        if text is not None:
+            _write(path, text, 0o600)
+        elif os.path.exists(path):
+            os.unlink(path)
 
     def verify(self, expected: Optional[str]) -> None:
         """containerd reads the file and would run with ``expected`` as the handler's base spec."""
@@ -428,7 +281,7 @@ def install_crio(hooks_dir: str, entry: Dict[str, Any], check: bool) -> Installe
     changed = read_text(path) != text
     if changed and not check:
         os.makedirs(hooks_dir, mode=0o755, exist_ok=True)
-        _write(path, text)
+        _write(path, text, 0o644)  # podman reads hooks.d as the user who runs it
     return Installed(changed, [path] if changed else [], False, "OCI hooks.d: %s" % path)
 
 
