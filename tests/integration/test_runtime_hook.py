@@ -16,7 +16,8 @@ import sys
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError, ContainerRuntimeError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.runtime_hook import (
-    Containerd, dumped_base_spec, hook_entry, install_crio, remove_crio)
+    Containerd, dumped_base_spec, hook_entry, install_crio, remove_crio, without_hook)
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.containerd_corpus import CASES, THEIRS, write_case
 
 from runtimes import runtime_binaries, runtime_lab
 from test_hook import FIRST_LINE, KUBECPU, ROOT, first_line
@@ -134,6 +135,43 @@ def test_on_containerd_2_as_shipped_with_the_operators_settings_imported(runtime
     assert containerd.remove(check=False).changed
     assert {path: open(path, encoding="utf-8").read() for path in before} == before  # byte for byte
     assert not os.path.exists(spec) and not containerd.remove(check=False).changed
+
+
+@pytest.mark.parametrize("runtime", ["containerd 2.1.9", "containerd 2.4.2"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_corpus_config_as_a_real_containerd_reads_it(runtime, case, tmp_path):
+    """The unit tests' corpus of containerd 2 configurations (tests/unit/support/containerd_corpus.py: globs, relative
+    and nested imports, comment-only and empty drop-ins, drop-ins that redefine the runc table, quoted keys, CRLF,
+    trailing comments, version 2) judged by the real containerd's ``config dump``: after install containerd runs
+    kubecpu's spec, made from the base spec it ran with before (the operator's rlimits survive) with the hook; a
+    second install changes nothing; absent gives every file back byte for byte and containerd its base spec."""
+    binaries = runtime_binaries(runtime)
+    before = write_case(str(tmp_path), case)
+    main = str(tmp_path / "config.toml")
+    containerd = Containerd(main, "runc", str(tmp_path / "kubecpu" / "base-runtime-spec.json"), real_run, binaries)
+
+    def dumped():
+        return dumped_base_spec(real_run([containerd.containerd, "--config", main, "config", "dump"]), "runc")
+
+    ran_with = dumped()
+    entry = hook_entry(sys.executable, KUBECPU, str(tmp_path / "agent.json"), 10)
+    assert containerd.install(entry, check=False).changed
+    assert dumped() == containerd.spec
+    with open(containerd.spec, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    assert spec["hooks"]["createRuntime"] == [entry]
+    if ran_with is not None:
+        with open(ran_with, encoding="utf-8") as handle:
+            assert without_hook(spec) == json.load(handle)
+        assert spec["process"]["rlimits"] == THEIRS["process"]["rlimits"]  # the operator's rlimits survive
+    else:  # containerd's default spec, as this containerd's ctr makes it
+        assert without_hook(spec) == json.loads(real_run([containerd.ctr, "oci", "spec"]))
+    assert not containerd.install(entry, check=False).changed
+    assert containerd.remove(check=False).changed
+    for path, text in before.items():
+        with open(path, "rb") as handle:
+            assert handle.read() == text.encode("utf-8"), path  # byte for byte
+    assert dumped() == ran_with and not os.listdir(tmp_path / "kubecpu")
 
 
 def test_on_cri_o_the_hooks_d_file_places_containers_before_their_first_instruction(tmp_path, bare_python):
