@@ -14,6 +14,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils import atomic
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.hook_view import view_path, write_view
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.housekeeping import IrqRecord
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.metrics import Metrics
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.resize import BaselineFile
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations import daemon_dropins
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.runtime_hook import (Containerd,
+                                                                                                   hook_entry,
+                                                                                                   install_crio)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.irqbalance import IrqBalance
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.containerd_corpus import containerd_reads, write_case
 
 
 def temporaries(directory):
@@ -159,3 +173,137 @@ def test_a_writer_killed_before_its_rename_leaves_its_temporary_and_the_next_swe
     assert sorted(removed) == sorted(left + [".state.hookview.tmp-0a0b0c0d0e0f", "state.prev-tmp-4242"])
     assert sorted(os.listdir(tmp_path)) == sorted([".other.tmp-0a0b0c0d0e0f", fresh])
     assert atomic.sweep_temporaries(str(tmp_path / "missing"), "state") == []
+
+
+# --- every writer of the collection, on a file that is there ---------------------------------------------------------
+def _file(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return path
+
+
+def _containerd(directory, broken=False):
+    """A containerd 2.1 whose config dump says what containerd's rules read (or nothing, ``broken``), on a main file
+    and a drop-in that redefines the runc table."""
+
+    write_case(directory, "a drop-in redefines the runc table without the key (63.6)")
+
+    def run(argv):
+        if argv[1:] == ["--version"]:
+            return "containerd github.com/containerd/containerd v2.1.9 x"
+        if argv[1:] == ["oci", "spec"]:
+            return '{"ociVersion": "1.1.0"}'
+        value = None if broken else containerd_reads(argv[2], (2, 1))
+        return "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n%s" % (
+            "" if value is None else "  base_runtime_spec = '%s'\n" % value)
+
+    return Containerd(os.path.join(directory, "config.toml"), "runc", os.path.join(directory, "spec.json"), run)
+
+
+def _entry():
+    return hook_entry("/usr/bin/python3", "/opt/kubecpu/bin/kubecpu", "/etc/kubecpu/agent.json", 10)
+
+
+def containerd_install(directory):
+    containerd = _containerd(directory)
+    return os.path.join(directory, "conf.d", "50-runc.toml"), lambda: containerd.install(_entry(), check=False)
+
+
+def containerd_removal(directory):
+    containerd = _containerd(directory)
+    containerd.install(_entry(), check=False)
+    return os.path.join(directory, "conf.d", "50-runc.toml"), lambda: containerd.remove(check=False)
+
+
+def containerd_roll_back(directory):
+    """A failed verify writes the file back (its bytes as they were, a new file all the same)."""
+    containerd = _containerd(directory, broken=True)
+
+    def install():
+        with pytest.raises(ConfigError, match="base_runtime_spec None"):
+            containerd.install(_entry(), check=False)
+
+    return os.path.join(directory, "conf.d", "50-runc.toml"), install
+
+
+def containerd_main_file(directory):
+    path = _file(os.path.join(directory, "config.toml"), "version = 3\n[grpc]\n  address = '/x'\n")
+    containerd = Containerd(path, "runc", os.path.join(directory, "spec.json"),
+                            _containerd(os.path.join(directory, "unused")).run)
+    return path, lambda: containerd.install(_entry(), check=False)
+
+
+def crio_hooks_d(directory):
+    path = _file(os.path.join(directory, "hooks.d", "kubecpu.json"), "{}\n")
+    return path, lambda: install_crio(os.path.dirname(path), _entry(), check=False)
+
+
+def daemon_drop_in(directory):
+    _file(os.path.join(directory, "cgroup", "cgroup.controllers"), "cpuset cpu\n")
+    _file(os.path.join(directory, "sys/devices/system/cpu/online"), "0-3\n")
+    path = _file(daemon_dropins.dropin_path(os.path.join(directory, "systemd"), "kubelet.service"), "[Service]\n")
+    return path, lambda: daemon_dropins.apply(
+        present=True, cpus="0-1", units=["kubelet.service"], cgroup_root=os.path.join(directory, "cgroup"),
+        sysfs_root=directory, systemd_dir=os.path.join(directory, "systemd"), check_mode=False, reload=None)
+
+
+def irqbalance_environment(directory):
+    path = _file(os.path.join(directory, "irqbalance"), "IRQBALANCE_ARGS=\n")
+    return path, lambda: IrqBalance(directory, path).persist(CPUSet.parse("2-3"))
+
+
+def checkpoint(directory):
+    """kubecpu's state file, and the kubelet's checkpoint when kubecpu writes it (the kubelet writes it 0600: the
+    mode kubecpu gives a new one, and keeps on any)."""
+    store = StateStore(os.path.join(directory, "cpu_manager_state"))
+    store.save(CPUState("static", CPUSet.parse("0-3")))
+    return store.path, lambda: store.save(CPUState("static", CPUSet.parse("0-2"), {"pod": {"c": CPUSet.parse("3")}}))
+
+
+def metrics(directory):
+    path = _file(os.path.join(directory, "kubecpu.prom"), "# old\n")
+    return path, lambda: Metrics().write(path)
+
+
+def interrupt_record(directory):
+    path = _file(os.path.join(directory, "irq.json"), "{}\n")
+    record = {"kept_off": "3", "originals": {}, "wrote": {}, "writing": {}, "actions": {}, "seen": "",
+              "banned": None, "banned_pid": None, "refused": []}
+    return path, lambda: IrqRecord(path).save(record)
+
+
+def resize_baselines(directory):
+    path = _file(os.path.join(directory, "baselines.json"), "{}\n")
+    return path, lambda: BaselineFile(path).save({"pod": {"c": CPUSet.parse("1")}})
+
+
+def hook_view(directory):
+    state = os.path.join(directory, "state")
+    path = _file(view_path(state), "{}\n")
+    return path, lambda: write_view(state, [1, 2, 3, 4, 5], CPUState("static", CPUSet.parse("0-3")))
+
+
+WRITERS = [containerd_install, containerd_removal, containerd_roll_back, containerd_main_file, crio_hooks_d,
+           daemon_drop_in, irqbalance_environment, checkpoint, metrics, interrupt_record, resize_baselines, hook_view]
+
+
+@pytest.mark.parametrize("writer", WRITERS, ids=[writer.__name__ for writer in WRITERS])
+@settings(max_examples=15)
+@given(st.tuples(*owners()), st.integers(0, 0o7777))
+def test_every_writer_keeps_the_owner_group_and_mode_of_a_file_it_rewrites(writer, owner, mode):
+    """Finding 62.3's rule for the whole collection: whatever owner, group and mode a file has, every kubecpu writer
+    that rewrites it (containerd's config and drop-ins on install, removal and roll-back, CRI-O's hooks.d file, the
+    daemons' drop-ins, irqbalance's environment file (rewritten in place), the checkpoint, the metrics, the interrupt
+    record, the baselines, the hook's view) leaves them as they were."""
+    with tempfile.TemporaryDirectory() as directory:
+        path, rewrite = writer(directory)
+        os.chown(path, *owner)
+        os.chmod(path, mode)
+        before, old = os.stat(path), open(path, "rb").read()
+        os.link(path, os.path.join(directory, "held"))  # the old inode stays: no new file can get its number
+        rewrite()
+        after = os.stat(path)
+        # replaced (a new inode: the roll-back's bytes are the old ones), or rewritten in place (irqbalance's file)
+        assert after.st_ino != before.st_ino or open(path, "rb").read() != old
+        assert (after.st_uid, after.st_gid, after.st_mode & 0o7777) == owner + (mode,)
