@@ -39,7 +39,8 @@ options:
     default: /usr/bin/python3
   check_runtime:
     description: Ask the container runtime for its version (O(manager=agent)). The role turns it off in mode
-      C(nri), where the agent talks to the runtime through its NRI socket instead (the role checks that socket).
+      C(nri), where the agent talks to the runtime through its NRI socket instead (the role checks that socket), and
+      beside a kubelet that pins CPUs itself, where the agent only keeps interrupts off its CPUs.
     type: bool
     default: true
 """
@@ -88,6 +89,12 @@ reserved_cpus:
   returned: always
   type: str
   sample: "0"
+state_found:
+  description: Whether the agent's state file (O(state_path)) was there; null for O(manager=kubelet). The agent role
+    keeps a state file that was there before an installation that fails, and removes one the installation made.
+  returned: always
+  type: bool
+  sample: false
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -160,12 +160,13 @@ def preflight(config: NodeConfig, manager: str, *, python: Optional[str] = None,
               runtime_factory: Callable[[NodeConfig], Versioned] = asked_runtime) -> Dict[str, Any]:
     """Every check for ``manager`` (agent or kubelet), whatever failed before it: ``checks`` (each with ``check``,
     ``ok`` and ``detail``, the problem where it failed), ``problems`` (those details), ``python``, and for the agent
-    ``runtime`` (name, version, API version) and ``reserved_cpus``."""
+    ``runtime`` (name, version, API version), ``reserved_cpus`` and ``state_found`` (its state file was there)."""
     if manager not in MANAGERS:
         raise ConfigError("manager must be one of %s, got %r" % (", ".join(MANAGERS), manager))
     root = config.sysfs_root or "/"
     checks: List[Dict[str, Any]] = []
-    result: Dict[str, Any] = {"manager": manager, "checks": checks, "runtime": None, "reserved_cpus": None}
+    result: Dict[str, Any] = {"manager": manager, "checks": checks, "runtime": None, "reserved_cpus": None,
+                              "state_found": None}
 
     def record(name: str, problem: Optional[str], detail: str) -> None:
         checks.append({"check": name, "ok": problem is None, "detail": problem or detail})
@@ -182,6 +183,7 @@ def preflight(config: NodeConfig, manager: str, *, python: Optional[str] = None,
                 problem, answer = "the container runtime cannot be asked: %s" % exc, None
             result["runtime"] = answer
             record("runtime", problem, "%s %s" % (answer["name"], answer["version"]) if answer else "")
+        result["state_found"] = os.path.lexists(config.state_path)  # a failed first installation keeps it then
         problem, result["reserved_cpus"] = reservation_fits(config)
         record("reservation", problem, "reserved CPUs %s" % result["reserved_cpus"])
     result["problems"] = [check["detail"] for check in checks if not check["ok"]]

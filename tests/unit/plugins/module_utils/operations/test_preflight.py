@@ -80,7 +80,7 @@ def test_a_node_that_has_everything_passes_and_says_what_it_found(tmp_path):
     assert [check["check"] for check in result["checks"]] == ["root", "systemd", "python", "runtime", "reservation"]
     assert result["runtime"] == {"name": "containerd", "version": "1.6.20~ds1", "api_version": "v1"}
     assert result["python"] == "Python %d.%d.%d" % sys.version_info[:3]
-    assert result["reserved_cpus"] == "0"
+    assert result["reserved_cpus"] == "0" and result["state_found"] is False
 
 
 @pytest.mark.parametrize("manager, settings, check, words", [
@@ -129,7 +129,7 @@ def test_the_kubelet_role_needs_no_runtime_and_no_agent_settings(tmp_path):
     node = Node(tmp_path)
     result = node.check("kubelet", crictl_path="/nonexistent/crictl", reserved_cpus="7")
     assert result["problems"] == [] and [c["check"] for c in result["checks"]] == ["root", "systemd", "python"]
-    assert result["runtime"] is None and result["reserved_cpus"] is None
+    assert result["runtime"] is None and result["reserved_cpus"] is None and result["state_found"] is None
 
 
 def test_mode_nri_does_not_ask_the_cri_runtime(tmp_path):
@@ -143,7 +143,7 @@ def test_a_state_file_the_agent_wrote_with_free_reserved_cpus_passes(tmp_path):
     node = Node(tmp_path)
     write_state(node.state, "0,3", {(POD, "app"): "1-2"})
     result = node.check()
-    assert result["problems"] == [] and result["reserved_cpus"] == "0"
+    assert result["problems"] == [] and result["reserved_cpus"] == "0" and result["state_found"] is True
 
 
 def test_an_unknown_manager_is_a_configuration_error(tmp_path):
