@@ -321,6 +321,31 @@ def test_removal_gives_back_interrupts_and_irqbalance_environment(tmp_path):
     assert sorted(os.listdir(os.path.join(base, "kubecpu"))) == left
 
 
+@pytest.mark.parametrize("state_before", [True, False])
+def test_a_failed_first_installation_of_the_agent_leaves_nothing_of_its_own(tmp_path, state_before):
+    """Issue 64: a rollout that failed halfway on a node left the installation, the configuration and the state
+    directory behind. Here the agent is installed failing closed where containerd has no configuration: the hook's
+    step fails after the installation, the configuration and the directories were made (no systemd needed before
+    it). The node had no agent: the installation, the configuration and the directories it made are gone, a state
+    file that was there before stays byte for byte (one that was not is not made), and the error says so."""
+    directory = str(tmp_path / "fleet")
+    inventory = failing_fleet(directory, ("agent",), **{"node000-agent": {
+        "cpu_manager_agent_python": sys.executable, "cpu_manager_fail_closed": True}})
+    base = os.path.join(directory, "nodes", "node000-agent")
+    if not state_before:
+        shutil.rmtree(os.path.join(base, "kubecpu"))
+    before = _state_files(base)
+    proc = run_playbook("rollout.yml", inventory, {}, rc=2)
+    assert "Install the OCI hook into the runtime, or take it out failed: %s does not exist" % os.path.join(
+        base, "containerd", "config.toml") in proc.stdout
+    assert "-- taken back: this node had no agent before this run, and nothing of it is left" in proc.stdout
+    assert "Write the agent's configuration" in proc.stdout  # it had got that far
+    assert _state_files(base) == before
+    for made in ("opt", "etc", os.path.join("kubecpu", "metrics")):
+        assert not os.path.exists(os.path.join(base, made)), made
+    assert os.path.exists(os.path.join(base, "kubecpu")) is state_before  # the state's directory only when it was
+
+
 def test_report_lists_every_node_failed_and_unreachable_ones_with_their_error(tmp_path):
     """Issue 64: a node that could not be read or reached was left out of fleet.json and the page, whose header says
     it shows them. Here one node's machine is gone (its topology cannot be read) and one cannot be reached: both are

@@ -30,7 +30,7 @@ def main(directory: str) -> None:
     with open(script, "w", encoding="utf-8") as handle:
         handle.write(text)
     fake_sysfs.build(os.path.join(directory, "root"), fake_sysfs.machine(1, 4, 1))
-    os.makedirs(os.path.join(directory, "root", "proc", "1"))
+    os.makedirs(os.path.join(directory, "root", "proc", "1"), exist_ok=True)
     with open(os.path.join(directory, "root", "proc", "1", "comm"), "w", encoding="utf-8") as handle:
         handle.write("systemd\n")
 
