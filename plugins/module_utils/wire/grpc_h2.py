@@ -48,7 +48,10 @@ MAX_WINDOW = (1 << 31) - 1  # RFC 9113 6.9.1: a window above this is a FLOW_CONT
 WINDOW = 1 << 24  # what we let the server send before it waits for our WINDOW_UPDATE
 
 # The limits on what a server may send, each checked before the bytes are read or kept.
-MAX_MESSAGE = 4 << 20  # one gRPC message: gRPC's own default maximum; a larger length prefix is RESOURCE_EXHAUSTED
+# One gRPC message; a larger length prefix is RESOURCE_EXHAUSTED. The kubelet's (remote_runtime.go maxMsgSize) and
+# containerd's send limit, not gRPC's default 4 MiB: a tenant's containers carry their spec's JSON into ListContainers
+# (the kubelet's preStopHandler and ports annotations), and what the kubelet reads kubecpu must read too.
+MAX_MESSAGE = 16 << 20
 MAX_HEADER_BLOCK = 64 << 10  # one header block, HEADERS with its CONTINUATIONs (the 2024 "CONTINUATION flood")
 MAX_HEADER_LIST = hpack.MAX_HEADER_LIST  # its decoded fields, RFC 7541 4.1 sizes; announced in our SETTINGS
 CONNECT_TIMEOUT = 10.0  # opening a connection (and reading the server's SETTINGS) when the call has no deadline

@@ -202,3 +202,50 @@ def test_what_a_hostile_runtime_sends_is_a_runtime_error_of_the_call(tmp_path):
     finally:
         runtime.close()
         server.close()
+
+
+def test_a_container_list_the_kubelet_reads_is_read_whatever_a_tenant_puts_in_its_containers(tmp_path):
+    """The kubelet reads CRI replies up to 16 MiB (remote_runtime.go maxMsgSize; containerd sends as much). A tenant's
+    containers carry what it writes in its pod spec into ListContainers (the kubelet's container annotations
+    io.kubernetes.container.preStopHandler and .ports hold the spec's JSON), about 1 MiB a pod. When kubecpu read 4 MiB
+    (issue 62 review), five such pods made every list fail: every pass of the agent, and the OCI hook refused every
+    other tenant's container whose pod held exclusive CPUs already ("the runtime could not show the pod")."""
+    big = "x" * (1 << 20)  # a tenant's preStop command, as the kubelet copies it into the container's annotations
+
+    def varint(n):
+        out = b""
+        while True:
+            out += bytes([(n & 0x7F) | (0x80 if n > 0x7F else 0)])
+            n >>= 7
+            if not n:
+                return out
+
+    def field(number, data):  # a length-delimited field
+        return varint(number << 3 | 2) + varint(len(data)) + data
+
+    def handle(_request, _context):
+        reply = b""
+        for n in range(6):
+            item = PB.Container(id=("%02d" % n) * 32, pod_sandbox_id="sb%d" % n, state=1, created_at=7,
+                                labels={"io.kubernetes.pod.uid": "uid-%d" % n, "io.kubernetes.pod.name": "p%d" % n,
+                                        "io.kubernetes.pod.namespace": "tenant",
+                                        "io.kubernetes.container.name": "main"})
+            item.metadata.name = "main"
+            # annotations (Container field 9, a map entry: key 1, value 2), which kubecpu's schema skips
+            entry = field(1, b"io.kubernetes.container.preStopHandler") + field(2, big.encode())
+            reply += field(1, item.SerializeToString() + field(9, entry))
+        return reply
+
+    method = grpc.unary_unary_rpc_method_handler(handle, request_deserializer=PB.ListContainersRequest.FromString,
+                                                 response_serializer=lambda m: m)
+    handler = grpc.method_handlers_generic_handler("runtime.v1.RuntimeService", {"ListContainers": method})
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1), handlers=[handler])
+    socket = str(tmp_path / "cri.sock")
+    server.add_insecure_port("unix://" + socket)
+    server.start()
+    runtime = cri_grpc.CRIRuntime(socket, timeout=5.0)
+    try:
+        assert len(runtime.list_containers()) == 6
+    finally:
+        runtime.close()
+        server.stop(0)
