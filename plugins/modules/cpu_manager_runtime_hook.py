@@ -23,7 +23,7 @@ description:
     drop-ins), read in containerd's order and merged as containerd merges them - on containerd 2 key by key, a later
     file over an earlier one, so a drop-in that redefines the handler's table without C(base_runtime_spec) keeps the
     main file's; on 1.x an imported table of the CRI plugin replaces the whole plugin. The line goes into the file
-    whose handler table containerd takes last (O(containerd_config) when none has one): the value replaced in its
+    whose handler table containerd takes last (O(containerd_config) when none has one) - the value replaced in its
     own quotes, else a line after the table's header, else a table appended. A comment-only file first gets the
     version the running containerd writes.
   - Before returning, C(containerd config dump) must show the file for the handler, else every file is put back and
