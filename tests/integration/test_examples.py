@@ -40,6 +40,9 @@ def stand_in(tmp_path):
     node = fake_crictl.make_node(str(tmp_path / "runtime"), cpus="0-127")
     root = str(tmp_path / "root")
     fake_sysfs.build(root, fake_sysfs.machine(2, 32, 2), isolated="4-63,68-127")
+    os.makedirs(os.path.join(root, "proc", "1"))  # systemd as the machine's PID 1 (cpu_manager_preflight reads it)
+    with open(os.path.join(root, "proc", "1", "comm"), "w", encoding="utf-8") as handle:
+        handle.write("systemd\n")
     device = os.path.join(root, "sys", "bus", "pci", "devices", NIC)
     os.makedirs(device)
     with open(os.path.join(device, "numa_node"), "w", encoding="utf-8") as handle:
@@ -88,6 +91,7 @@ def play(module, node, health):
             "environment": {"PATH": node["tools"] + os.pathsep + os.environ["PATH"]},  # its stand-in systemctl
             "module_defaults": {"group/kubecpu.cpu_manager.cpu_manager": managed,
                                 "kubecpu.cpu_manager.cpu_topology_facts": node_defaults,
+                                "kubecpu.cpu_manager.cpu_manager_preflight": managed,
                                 "kubecpu.cpu_manager.cpu_manager_reservation": node_defaults,
                                 "kubecpu.cpu_manager.cpu_manager_kubelet_config": dict(
                                     node_defaults, state_path=node["kubelet_state"]),
