@@ -3,15 +3,14 @@
 """The node's CPU manager (the kubelet's Manager, cpu_manager.go): orchestration only.
 
 Every caller (``bin/kubecpu``, each module, the agent, the NRI plugin, the OCI hook) goes through ``NodeManager``.
-Each call runs under the state lock: observe (one list call; the container cache spares inspections), decide (stale
-entries released, resizes, the policy behind the Topology Manager's admission), commit (the state file, then the
-interrupts: node/housekeeping.py) and apply (the cgroup targets through the runtime); it returns a ``Plan``. A pass
-is RUNTIME.md section 6. Closes its runtime."""
+A call observes (one list call; the container cache spares inspections), then under the state lock decides (stale
+entries released, resizes, the policy behind the Topology Manager's admission) and commits (the state file, then the
+interrupts: node/housekeeping.py), then applies the cgroup targets through the runtime with the lock released
+(node/push.py); it returns a ``Plan``. A pass is RUNTIME.md section 6. Closes its runtime."""
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
@@ -24,17 +23,18 @@ from ..runtime.cgroups import CgroupFS
 from ..runtime.container_cache import ContainerCache
 from ..runtime.model import CREATED, RUNNING, Runtime
 from .admission import Admission
+from .exclusive import marked
 from .config import ManagerOptions
 from .hook_marks import CreatingMarks, HookMarks
 from .housekeeping import irq_isolation, irq_pods, isolate_in_pass, kept_off
+from .power import cpu_power, power_in_pass, saw_pods
 from .plan import Action, Plan
+from .push import push_unlocked
 from .pod_views import (Pair, PodView, allocate_running, allocation_target, build_views, find_container,
                         release_stale)
 from .resize import BaselineFile, baselines_path, resize_running, sync_baselines
 from .state_store import StateStore
 from .targets import CgroupTargets, Scope
-
-REPLANS = 3  # a pass's plans again after another writer saved while it pushed (then the next pass sets it right)
 
 
 class NodeManager:
@@ -62,9 +62,10 @@ class NodeManager:
         self.irq = irq_isolation(options.irq_isolation, topology.all_cpus, None if store.read_only else store.path,
                                  sysfs_root)
         self.irq_pods: Optional[Set[str]] = None  # the annotated pods the last observe saw (irq_isolation annotated)
+        self.power = cpu_power(options.cpu_power, None if store.read_only else store.path, sysfs_root)  # node/power.py
         self.steps_aside: Callable[[], str] = lambda: ""  # asked at every pass (node.kubelet_policy; the factory's)
         if runtime is not None:
-            runtime.want_annotations = options.irq_isolation == "annotated" or options.cpu_burst
+            runtime.want_annotations = options.reads_annotations
 
     cgroups = property(lambda self: self.cgroup_targets.cgroups)
 
@@ -100,6 +101,7 @@ class NodeManager:
     def _commit(self, plan: Plan, state: CPUState, apply: bool) -> None:
         plan.after = state
         isolate_in_pass(self.irq, plan, kept_off(self.options.irq_isolation, state, self.irq_pods), apply)
+        power_in_pass(self.power, plan, state, apply)
         if not apply:
             return
         if not self.store.read_only:
@@ -109,15 +111,9 @@ class NodeManager:
             raise StoreError("state file %s is read-only: the change was not recorded" % self.store.path)
 
     def _allocate(self, state: CPUState, pod: Pod, container: str, hint_nodes: Optional[Sequence[int]]) -> Allocation:
-        """Admission, then the policy's allocation: from the CPUs of the pod's finished init containers first (D4 in
-        docs/ALGORITHM.md), else from the isolcpus set first or only, as configured.
-
-        The kubelet admits a pod's containers all at once and does not prefer the CPUs it may reuse: an app container
-        of 1 CPU after an init container of 2 often takes a lone CPU beside the reserved one, and the pod then holds 3
-        CPUs while the scheduler charged it 2 (a quarter of random pods on 1 socket x 4 cores x 2 threads). kubecpu,
-        which allocates each container as it is created and other pods' containers in between, takes the reusable CPUs
-        first, so a pod never holds more exclusive CPUs than it is charged. What kubecpu writes for a kubelet (the
-        rewrite, adoption, the rebuild) is the kubelet's choice, made by the policy alone."""
+        """Admission, then the policy's allocation: from the pod's reusable CPUs (its finished init containers') first,
+        so a pod never holds more than it is charged (docs/SECURITY.md, "reuse first"), else from the isolcpus set
+        first or only, as configured. What kubecpu writes for a kubelet is the policy's choice alone."""
         affinity = self.topology_admission.admit(self.policy, state, pod, container, hint_nodes)
         isolated, mode = self.topology.isolated, self.options.isolated_cpus
         reusable = self.policy.reusable(state, pod)
@@ -169,6 +165,7 @@ class NodeManager:
         self.cache.retain(present)
         self.cgroup_targets.forget_except(present)
         self.irq_pods = irq_pods(info for _listed, info in pairs)
+        saw_pods(self.power, pairs)
         plan.counts.update(containers=len(listed), running=sum(1 for c in listed if c.state == RUNNING),
                            created=sum(1 for c in listed if c.state == CREATED and c.is_kubernetes),
                            inspected=inspected)
@@ -178,13 +175,9 @@ class NodeManager:
     def session(self, apply: bool, push: bool = True,
                 scope: Scope = None) -> Iterator[Tuple[CPUState, Plan, List[Pair]]]:
         """The validated state, a fresh plan and what the runtime shows; leaving, the cgroup targets planned
-        (``scope``), the state committed, the updates pushed. defrag_node changes the state in it.
-
-        The lock is held only while the pass decides and commits: the runtime is asked before it is taken and told
-        after it is released (``_push``), so a container's creation (the OCI hook, which takes the same lock with a
-        hard bound) waits on computation, never on another pod's runtime calls. A defragmentation's moves are the
-        one exception: each goes only once the CPUs it takes are free, and a failed one is recorded in the state, so
-        they are pushed under the lock."""
+        (``scope``), the state committed, the updates pushed (defrag_node changes the state in it). The lock is held
+        only to decide and commit, so the OCI hook's wait for it is computation, never another pod's runtime calls; a
+        defragmentation's moves alone are pushed under it (each waits for the CPUs it takes, a failed one is saved)."""
         started = time.monotonic()
         runtime = self._runtime()
         aside = self.steps_aside()
@@ -194,7 +187,6 @@ class NodeManager:
         self.cache.refresh()
         seen = Plan(CPUState(self.policy.name))
         pairs = self.observe(seen)  # the runtime's list and inspections: before the lock
-        moves = False
         with self._locked_state(apply) as (state, plan):
             plan.skipped.extend(seen.skipped)
             plan.counts.update(seen.counts)
@@ -209,51 +201,19 @@ class NodeManager:
                     self.store.save(plan.after)
             committed = self.store.generation() if apply else None
         if apply and push and not moves:
-            self._push(plan, runtime, pairs, scope, committed)
+            push_unlocked(self.cgroup_targets, self.store, plan, runtime, pairs=pairs, scope=scope, committed=committed,
+                          load=self._load if self.policy.name == STATIC else None)
         if apply:  # a check writes nothing, not even the cache
             self.cache.save()
         plan.runtime_calls = {k: v - calls.get(k, 0) for k, v in runtime.calls.items() if v - calls.get(k, 0)}
         plan.seconds = time.monotonic() - started
 
-    def _push(self, plan: Plan, runtime: Runtime, pairs: List[Pair], scope: Scope,
-              committed: Optional[List[int]]) -> None:
-        """The plan's updates through the runtime, outside the lock. Before each update the state file's identity is
-        compared with the one committed (a stat): when another writer saved since (the OCI hook allocated, and moved
-        the shared containers off its new CPUs), the updates left are dropped and the targets are planned again from
-        the state as it is now, with what this pass observed, at most ``REPLANS`` times (then the next pass). So an
-        update planned from an older state reaches at most one container after a newer state was saved, and the
-        replan sets it right."""
-        current = plan
-        for _round in range(REPLANS + 1):
-            changed = functools.partial(self._saved_since, committed)
-            self.cgroup_targets.apply(current, runtime, stale=changed)
-            if current is not plan:
-                plan.actions.extend(current.actions)
-                plan.errors.extend(current.errors)
-                plan.skipped.extend(current.skipped)
-                plan.followers.extend(current.followers)
-            if not current.interrupted and not changed():
-                break
-            if self.policy.name != STATIC:
-                break
-            with self.store.locked():
-                state = self._load()
-                current = Plan(state)
-                current.after = state
-                self.cgroup_targets.plan(current, state, pairs, scope)
-                committed = self.store.generation()
-            plan.counts["replans"] = plan.counts.get("replans", 0) + 1
-        plan.applied = True
-
-    def _saved_since(self, committed: Optional[List[int]]) -> bool:
-        """Another writer saved the state file since it had the identity ``committed``."""
-        return self.store.generation() != committed
-
     def reconcile(self, apply: bool = True, scope: Scope = None) -> Plan:
         """A pass. ``scope``, when the caller knows what changed since its last pass (the NRI plugin): the pods decided
         again; the others keep their CPUs and are updated only when the shared pool changes. None: every pod."""
         with self.session(apply, scope=scope) as (state, plan, pairs):
-            views = build_views(pairs if scope is None else [pair for pair in pairs if pair[0].pod_uid in scope])
+            scoped = pairs if scope is None else [pair for pair in pairs if pair[0].pod_uid in scope]
+            views = build_views(scoped, exclusive=marked(plan, scoped, self.options.exclusive_burstable))
             creating = self.creating.creating(lambda uid, name: uid in views and name in views[uid].latest,
                                               lambda path: self.cgroups.cpus(path) is not None)
             release_stale(self.policy, plan, state, views, scope, creating=creating)

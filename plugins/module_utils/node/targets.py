@@ -20,12 +20,11 @@ from .config import ManagerOptions
 from .hook_marks import HookMarks
 from .plan import Action, Plan
 from .pod_views import Pair
+from .update_order import DETOUR, SHRINKING, in_move_order, moved_so_far, runs, shrink_first, vacate_first
 
 # A created container (not started yet) is given its CPUs too: containerd applies its spec at the start, CRI-O's
 # cgroup exists already; one left on its old CPUs would start on CPUs another container now holds.
 _PINNED_STATES = (RUNNING, CREATED)
-SHRINKING = "shared pool while containers move"  # the shared containers' first push around moves
-DETOUR = "passing through"  # a moving container's push onto free CPUs on its way (a swap's, or a repair's)
 BURST_ANNOTATION = "cpu-burst.kubecpu.io"  # a pod's CFS burst, a duration ("20ms")
 Scope = Optional[AbstractSet[str]]  # pod UIDs: the pods a pass decides again (None: every pod)
 
@@ -136,6 +135,25 @@ class CgroupTargets:
             _pod_quotas(plan, pairs, {uid: exclusive for uid, exclusive in pods_exclusive.items()
                                       if scope is None or uid in scope}, self.cgroups)
 
+    def settle(self, state: CPUState, pairs: Sequence[Pair]) -> List[str]:
+        """Under the lock, in cgroupfs alone (no runtime call): every shared container found on a CPU ``state`` gives a
+        container exclusively moved to the shared pool, as the OCI hook moves them, and marked so that the next pass
+        brings the runtime's record in line; the IDs moved. What a pass does when other writers kept saving while it
+        pushed (node/push.py), so that no update planned from an older state outlives it."""
+        exclusive = state.assigned().union(state.pod_assigned())
+        moved = []
+        for listed, info in pairs:
+            if listed.state not in _PINNED_STATES or not listed.is_kubernetes or not info.cgroup_path \
+                    or state.get(listed.pod_uid, listed.name) is not None:
+                continue
+            have = self.cgroups.cpus(info.cgroup_path)
+            if have is not None and have.intersection(exclusive):
+                self.cgroups.move_cpus(info.cgroup_path, state.default)
+                self.pushed.pop(listed.id, None)
+                moved.append(listed.id)
+        self.marks.mark(moved)
+        return moved
+
     def apply(self, plan: Plan, runtime: Runtime, stale: Optional[Callable[[], bool]] = None) -> None:
         """Shrink first (shared containers leaving CPUs that became exclusive), pin last; pod quotas first.
 
@@ -149,21 +167,21 @@ class CgroupTargets:
         (another writer saved it). The updates left are then not made (``plan.interrupted``): the caller plans again."""
         self.stale = stale
         order = {"quota": 0, "idle": 0, "burst": 0, "update": 1}
-        updates = _in_move_order(plan, sorted((a for a in plan.actions if a.action in order), key=lambda a: (
+        updates = in_move_order(plan, sorted((a for a in plan.actions if a.action in order), key=lambda a: (
             order[a.action], a.quota is None or a.quota >= 0, a.reason.startswith("exclusive"))))
         moving = {(a.pod_uid, a.container) for a in plan.actions if a.action == "move"}
         grow: List[Action] = []
         if moving:
-            updates, grow = _shrink_first(plan, updates, moving)
+            updates, grow = shrink_first(plan, updates, moving)
         else:  # a repair (after a kill mid-defragmentation, say): who vacates a CPU goes before who takes it
-            updates, grow = _vacate_first(plan, updates)
+            updates, grow = vacate_first(plan, updates)
         shrinks, regrow = self._off_detours(plan, updates)
         updates, grow = shrinks + updates, grow + regrow
         failed: List[Action] = []
         done_moves: List[Action] = []
         stopped = False
         if not moving:  # a pass's updates: the shared pool's in batches, in the order planned
-            for run in _runs(updates + grow):
+            for run in runs(updates + grow):
                 if len(run) > 1:
                     failed.extend(self._push_many(plan, runtime, run, CPUSet.parse(run[0].cpus)))
                 else:
@@ -178,7 +196,7 @@ class CgroupTargets:
             elif (action.pod_uid, action.container) in moving:
                 done_moves.append(action)
         if stopped:
-            plan.after = _moved_so_far(plan, done_moves, self.topology.all_cpus)
+            plan.after = moved_so_far(plan, done_moves, self.topology.all_cpus)
             plan.recommit = True
             plan.errors.append({"error": "a move failed: the moves after it were not made; the state says where "
                                          "each container is", "kind": "move"})
@@ -362,130 +380,3 @@ def _pod_quotas(plan: Plan, pairs: Sequence[Pair], pods_exclusive: Dict[str, boo
         if have[0] != want:
             plan.actions.append(Action("quota", "", listed.pod_ref, listed.pod_uid, "", "",
                                        "pod-level CFS quota", quota=want, period=have[1], cgroup=path))
-
-
-def _runs(actions: List[Action]) -> List[List[Action]]:
-    """``actions`` cut into runs: consecutive updates that set only the same cpuset (the shared pool's) together,
-    every other action alone."""
-    runs: List[List[Action]] = []
-    for action in actions:
-        if runs and _cpus_only(action) and _cpus_only(runs[-1][-1]) and runs[-1][-1].cpus == action.cpus:
-            runs[-1].append(action)
-        else:
-            runs.append([action])
-    return runs
-
-
-def _cpus_only(action: Action) -> bool:
-    return action.action == "update" and action.mems is None and action.quota is None and action.period is None
-
-
-def _in_move_order(plan: Plan, updates: List[Action]) -> List[Action]:
-    """A defragmentation's moved containers pushed in the order of its ``move`` actions (each move's CPUs free by
-    then; a container passing through free CPUs is pushed there first), where the first exclusive update was."""
-    moves = [a for a in plan.actions if a.action == "move"]
-    last = {(m.pod_uid, m.container): index for index, m in enumerate(moves)}
-    pushes = {(a.pod_uid, a.container): a for a in updates if a.action == "update" and (a.pod_uid, a.container) in last}
-    if not pushes:
-        return updates
-    ordered = []
-    for index, move in enumerate(moves):
-        push = pushes.get((move.pod_uid, move.container))
-        if push is not None:
-            last_move = last[(move.pod_uid, move.container)] == index
-            ordered.append(push if last_move else push._replace(cpus=move.cpus, reason=DETOUR))
-    rest = [a for a in updates if a.action != "update" or (a.pod_uid, a.container) not in pushes]
-    at = next((i for i, a in enumerate(rest) if a.action == "update" and a.reason.startswith("exclusive")), len(rest))
-    return rest[:at] + ordered + rest[at:]
-
-
-def _shrink_first(plan: Plan, updates: List[Action],
-                  moving: Set[Tuple[str, str]]) -> Tuple[List[Action], List[Action]]:
-    """The shared containers' updates split around the moves: first to the CPUs shared before and after, without
-    those a swap passes through (no shared container on a CPU a moving one still holds or passes through), then,
-    once the moves are done, to the pool after (the second list)."""
-    detours = CPUSet().union(*(CPUSet.parse(a.cpus) for a in updates
-                               if a.action == "update" and a.reason == DETOUR))
-    shrunk = plan.before.default.intersection(plan.after.default).difference(detours)
-    rest: List[Action] = []
-    shrinks: List[Action] = []
-    grow: List[Action] = []
-    for action in updates:
-        shared = action.action == "update" and (action.pod_uid, action.container) not in moving \
-            and action.reason.startswith("shared pool")
-        if not shared:
-            rest.append(action)
-            continue
-        if shrunk and CPUSet.parse(action.cpus) != shrunk:
-            shrinks.append(action._replace(cpus=str(shrunk), reason=SHRINKING))
-        grow.append(action)
-    at = next((i for i, a in enumerate(rest) if (a.pod_uid, a.container) in moving), len(rest))
-    return rest[:at] + shrinks + rest[at:], grow
-
-
-def _moved_so_far(plan: Plan, done: List[Action], all_cpus: CPUSet) -> CPUState:
-    """The state the applied moves left: each container where its last applied push put it, the others where they
-    were; the shared pool what no entry holds."""
-    after = plan.before.copy()
-    for action in done:
-        after.set(action.pod_uid, action.container, CPUSet.parse(action.cpus))
-    after.default = all_cpus.difference(after.assigned().union(after.pod_assigned()))
-    return after
-
-
-def _detour(plan: Plan, waiting: List[Action], held: Dict[str, CPUSet]) -> Optional[Action]:
-    """For a cycle of ``waiting`` containers (each wants CPUs another holds): its smallest member's update to as many
-    CPUs of the shared pool as it holds, none held or wanted by a waiting one, the pool keeping at least one; None
-    when the pool has too few."""
-    member = min(waiting, key=lambda a: (len(CPUSet.parse(a.cpus)), a.container_id))
-    busy = CPUSet().union(*(held[a.container_id].union(CPUSet.parse(a.cpus)) for a in waiting))
-    spare = sorted(plan.after.default.difference(busy), reverse=True)  # the pool's highest first: its reserved stay
-    size = len(CPUSet.parse(member.cpus))
-    if len(spare) < size or len(plan.after.default) <= size:
-        return None
-    return member._replace(cpus=str(CPUSet(spare[:size])), reason=DETOUR)
-
-
-def _vacate_first(plan: Plan, updates: List[Action]) -> Tuple[List[Action], List[Action]]:
-    """A pass's exclusive updates in an order where each container's new CPUs are no longer held by another
-    (``plan.holding``: what each had); the shared containers first to their pool without the CPUs a container still
-    holds, then (the second list) to the pool. A cycle (containers taking each other's CPUs: a defragmentation
-    killed before it pushed a swap) is untied as the defragmentation does it, through a detour (``_detour``) on CPUs
-    the shared containers leave first; with no such CPUs its members go as listed."""
-    exclusive = [a for a in updates if a.action == "update" and not a.reason.startswith("shared pool")]
-    if len(exclusive) < 2 and not (exclusive and any(a.reason.startswith("shared pool") for a in updates)):
-        return updates, []
-    held = {a.container_id: plan.holding.get(a.container_id, CPUSet()) for a in exclusive}
-    still = CPUSet().union(*(held[a.container_id].difference(CPUSet.parse(a.cpus)) for a in exclusive))
-    waiting = list(exclusive)
-    ordered: List[Action] = []
-    while waiting:
-        pending = {a.container_id for a in waiting}
-        free = [a for a in waiting if not any(CPUSet.parse(a.cpus).intersection(held[other])
-                                              for other in pending if other != a.container_id)]
-        if not free:  # a cycle: its smallest member first through CPUs the shared pool gives up (as listed: none)
-            detour = _detour(plan, waiting, held)
-            if detour is None:
-                ordered.extend(waiting)
-                break
-            ordered.append(detour)
-            held[detour.container_id] = CPUSet.parse(detour.cpus)
-            still = still.union(held[detour.container_id])
-            continue
-        ordered.extend(free)
-        waiting = [a for a in waiting if a not in free]
-    first: List[Action] = []
-    grow: List[Action] = []
-    for action in updates:
-        if action.action == "update" and action.reason.startswith("shared pool") and still:
-            target = CPUSet.parse(action.cpus)
-            shrunk = target.difference(still)
-            if shrunk and shrunk != target:
-                first.append(action._replace(cpus=str(shrunk), reason=SHRINKING))
-                grow.append(action)
-                continue
-        if action not in exclusive:
-            first.append(action)
-    at = next((i for i, a in enumerate(first) if a.action == "update" and not a.reason.startswith("shared")),
-              len(first))
-    return first[:at] + ordered + first[at:], grow
