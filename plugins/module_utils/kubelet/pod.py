@@ -26,6 +26,9 @@ class Container(NamedTuple):
     memory_limit: Optional[Fraction] = None
     restart_policy: Optional[str] = None
     init: bool = False
+    # Beyond the kubelet: a Burstable pod's container that kubecpu's cpu-exclusive.kubecpu.io annotation names and
+    # that may have exclusive CPUs (node/exclusive.py). Never set on a path that decides for a kubelet.
+    exclusive: bool = False
 
     @property
     def restartable_init(self) -> bool:
@@ -85,9 +88,12 @@ class Pod(NamedTuple):
         return BURSTABLE
 
     def guaranteed_cpus(self, name: str) -> int:
-        """guaranteedCPUs: the integral CPU request of a container of a Guaranteed pod, else 0."""
+        """guaranteedCPUs: the integral CPU request of a container of a Guaranteed pod, else 0. Beyond the kubelet, a
+        container marked ``exclusive`` of a Burstable pod counts as a Guaranteed pod's would (unmarked, as everywhere
+        a kubelet's decision is reproduced, this is the kubelet's rule exactly)."""
         item = self.container(name)
-        if self.qos_class() != GUARANTEED or item.cpu_request is None:
+        qos = self.qos_class()
+        if item.cpu_request is None or (qos != GUARANTEED and not (item.exclusive and qos == BURSTABLE)):
             return 0
         return integral_cpus(item.cpu_request)
 

@@ -8,7 +8,7 @@ Each setting is checked here and nowhere else, and every bad one raises ``Config
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, Mapping, NamedTuple, Optional, Tuple
 
 from ..errors import ConfigError
 from ..kubelet.cpuset import CPUSet
@@ -29,6 +29,8 @@ RUNTIMES = ("crictl", "cri")
 ISOLATED_MODES = ("ignore", "prefer", "only")
 QUOTA_MODES = ("keep", "unlimited")
 IRQ_MODES = ("off", "exclusive", "annotated")
+SYSTEM_PRIORITY_CLASSES = ("system-node-critical",)  # the system partition's pods by default (node/partition.py)
+_NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-.")
 
 
 class _ManagerOptions(NamedTuple):
@@ -41,6 +43,12 @@ class _ManagerOptions(NamedTuple):
     irq_isolation: str = "off"  # off | exclusive | annotated: device interrupts kept off the CPUs held exclusively
     cpu_burst: bool = False  # cpu.max.burst of Burstable containers from their pod's cpu-burst.kubecpu.io
     besteffort_idle: bool = False  # cpu.idle = 1 for BestEffort pods' cgroups (cgroup v2; node/targets._idle)
+    # the containers of a Burstable pod that its cpu-exclusive.kubecpu.io annotation names: exclusive CPUs
+    exclusive_burstable: bool = False  # (node/exclusive.py)
+    # the system partition: the system pods on the reserved CPUs only, every other container off them
+    system_partition: bool = False  # (node/partition.py)
+    system_namespaces: Tuple[str, ...] = ()  # every pod of these namespaces is a system pod
+    system_priority_classes: Tuple[str, ...] = SYSTEM_PRIORITY_CLASSES  # as its priority-class.kubecpu.io says
 
 
 class ManagerOptions(_ManagerOptions):
@@ -49,6 +57,12 @@ class ManagerOptions(_ManagerOptions):
 
     __slots__ = ()
 
+    @property
+    def reads_annotations(self) -> bool:
+        """Whether a pass needs the pods' annotations (the runtime then tells them: a call per new pod)."""
+        return (self.irq_isolation == "annotated" or self.cpu_burst or self.exclusive_burstable
+                or (self.system_partition and bool(self.system_priority_classes)))
+
     def __new__(cls, *args: Any, **kwargs: Any) -> ManagerOptions:
         self = super().__new__(cls, *args, **kwargs)
         choice(self.isolated_cpus, "isolated_cpus", ISOLATED_MODES)
@@ -56,11 +70,34 @@ class ManagerOptions(_ManagerOptions):
         choice(self.topology_manager_policy, "topology_manager_policy", TM_POLICIES)
         choice(self.topology_manager_scope, "topology_manager_scope", TM_SCOPES)
         choice(self.irq_isolation, "irq_isolation", IRQ_MODES)
-        for name in ("align_memory", "besteffort_idle", "cpu_burst"):
+        for name in ("align_memory", "besteffort_idle", "cpu_burst", "exclusive_burstable", "system_partition"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError("%s must be a boolean, got %r" % (name, getattr(self, name)))
         options = option_map(self.topology_manager_options, "topology_manager_policy_options")
-        return self._replace(topology_manager_options=options)
+        return self._replace(topology_manager_options=options,
+                             system_namespaces=name_list(self.system_namespaces, "system_namespaces", 63, "-"),
+                             system_priority_classes=name_list(self.system_priority_classes,
+                                                               "system_priority_classes", 253, "-."))
+
+
+def name_list(value: Any, setting: str, longest: int, punctuation: str) -> Tuple[str, ...]:
+    """Kubernetes object names (a namespace: a DNS label, at most 63 characters of a-z, 0-9 and '-'; a priority class:
+    a DNS subdomain, at most 253 with '.' too): a list, or one text of names separated by commas, each item possibly
+    such a text (a command line's repeated flag); sorted, without duplicates."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(item, str) for item in items):
+        raise ConfigError("%s must be a list of names, got %r" % (setting, value))
+    names = set()
+    for item in items:
+        for name in filter(None, (part.strip() for part in item.split(","))):
+            allowed = _NAME_CHARACTERS if "." in punctuation else _NAME_CHARACTERS - {"."}
+            if (len(name) > longest or not set(name) <= allowed or not name[0].isalnum()
+                    or not name[-1].isalnum()):
+                raise ConfigError("%s: %r is not a Kubernetes name (at most %d characters of a-z, 0-9 and %s, "
+                                  "starting and ending with a letter or digit)"
+                                  % (setting, name, longest, " and ".join(repr(c) for c in punctuation)))
+            names.add(name)
+    return tuple(sorted(names))
 
 
 class _NodeConfig(NamedTuple):

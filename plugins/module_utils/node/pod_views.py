@@ -34,18 +34,21 @@ def _is_init(listed: ListedContainer, info: ContainerInfo,
     return any(other.name != listed.name and other.created_at >= info.finished_at for other, _i in siblings)
 
 
-def _container_model(info: ContainerInfo, init: bool, cpus: Optional[int] = None) -> Container:
+def _container_model(info: ContainerInfo, init: bool, cpus: Optional[int] = None,
+                     exclusive: bool = False) -> Container:
     milli = info.requested_milli() if cpus is None else cpus * 1000
     request = Fraction(milli, 1000) if milli else None
-    return Container(name=info.name, cpu_request=request, cpu_limit=request, init=init)
+    return Container(name=info.name, cpu_request=request, cpu_limit=request, init=init, exclusive=exclusive)
 
 
-def build_views(pairs: Sequence[Pair],
-                override: Optional[Tuple[str, str, int]] = None) -> Dict[str, PodView]:
+def build_views(pairs: Sequence[Pair], override: Optional[Tuple[str, str, int]] = None, *,
+                exclusive: AbstractSet[Tuple[str, str]] = frozenset()) -> Dict[str, PodView]:
     """Pods from the runtime: the newest attempt per container name, init containers recognised by order.
 
     ``override`` (pod UID, container name, CPUs) replaces what the runtime says of one container's request
-    (the allocate module's ``cpus``): it is then treated as Guaranteed with that integral request.
+    (the allocate module's ``cpus``): it is then treated as Guaranteed with that integral request. ``exclusive``
+    (pod UID, container name): the Burstable pods' containers marked for exclusive CPUs (``node/exclusive.py``; only
+    the node manager's own passes mark any, never a path that decides for a kubelet).
     """
     groups: Dict[str, Dict[str, Pair]] = {}
     for listed, info in pairs:
@@ -64,7 +67,7 @@ def build_views(pairs: Sequence[Pair],
         for listed, info in ordered:
             cpus = override[2] if override is not None and (uid, listed.name) == override[:2] else None
             init = _is_init(listed, info, ordered)
-            (inits if init else apps).append(_container_model(info, init, cpus))
+            (inits if init else apps).append(_container_model(info, init, cpus, (uid, listed.name) in exclusive))
         if override is not None and override[0] == uid:
             qos = GUARANTEED
         first = ordered[0][0]
@@ -73,14 +76,15 @@ def build_views(pairs: Sequence[Pair],
     return views
 
 
-def lone_pod(info: ContainerInfo) -> Pod:
+def lone_pod(info: ContainerInfo, exclusive: bool = False) -> Pod:
     """The pod model of a container whose siblings are not known (the OCI hook sees one container): its QoS class
-    as its cgroup parent says, its request as its CPU resources say."""
+    as its cgroup parent says, its request as its CPU resources say (``exclusive``: marked, as ``build_views``)."""
     return Pod(uid=info.pod_uid, name=info.pod_name, namespace=info.pod_namespace, init_containers=(),
-               containers=(_container_model(info, False),), qos=info.qos)
+               containers=(_container_model(info, False, exclusive=exclusive),), qos=info.qos)
 
 
-def seen_with(pairs: Sequence[Pair], info: ContainerInfo, created_at: int) -> Pod:
+def seen_with(pairs: Sequence[Pair], info: ContainerInfo, created_at: int,
+              exclusive: AbstractSet[Tuple[str, str]] = frozenset()) -> Pod:
     """The pod model of a container being created (the OCI hook's ``info``) among its pod's containers as the runtime
     lists them (``pairs``): its init containers recognised by order, so that it reuses their CPUs as the kubelet's
     static policy does. The container is added as the runtime would list it when the list does not have it yet
@@ -89,7 +93,7 @@ def seen_with(pairs: Sequence[Pair], info: ContainerInfo, created_at: int) -> Po
     if not any(listed.id == info.id for listed, _info in pairs):
         pairs.append((ListedContainer(info.id, "", info.pod_uid, info.pod_name, info.pod_namespace, info.name,
                                       info.attempt, CREATED, created_at), info))
-    return build_views(pairs)[info.pod_uid].model
+    return build_views(pairs, exclusive=exclusive)[info.pod_uid].model
 
 
 def find_container(pairs: Sequence[Pair], container_id: Optional[str], pod_uid: Optional[str],
@@ -186,8 +190,15 @@ def allocate_running(plan: Plan, state: CPUState, views: Dict[str, PodView],
                            "shared pool" % (count, listed.pod_ref, listed.name, exc), "allocation")
                 continue
             if result.exclusive:
-                why = "restarted container keeps its CPUs" if listed.attempt else "Guaranteed integral request"
+                why = "restarted container keeps its CPUs" if listed.attempt else _why(view.model, listed.name)
                 if listed.state != RUNNING:
                     why = "finished init container: its app containers reuse its CPUs"
                 plan.actions.append(Action("allocate", listed.id, listed.pod_ref, view.uid, listed.name,
                                            str(result.cpus), why))
+
+
+NAMED = "a Burstable pod's container named by cpu-exclusive.kubecpu.io"  # the reason of its allocation (metrics)
+
+
+def _why(pod: Pod, name: str) -> str:
+    return NAMED if pod.container(name).exclusive and pod.qos_class() != GUARANTEED else "Guaranteed integral request"

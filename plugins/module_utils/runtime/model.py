@@ -51,17 +51,28 @@ class ListedContainer(NamedTuple):
 
 
 # The pod annotations kubecpu reads (docs/HOUSEKEEPING.md); a pod's others are not kept.
-POD_ANNOTATIONS = ("irq-load-balancing.kubecpu.io", "irq-load-balancing.crio.io", "cpu-burst.kubecpu.io")
+EXCLUSIVE_ANNOTATION = "cpu-exclusive.kubecpu.io"  # a Burstable pod's containers with exclusive CPUs (node/exclusive.py)
+PRIORITY_ANNOTATION = "priority-class.kubecpu.io"  # a pod's priority class, which no runtime shows (node/partition.py)
+POD_ANNOTATIONS = ("irq-load-balancing.kubecpu.io", "irq-load-balancing.crio.io", "cpu-burst.kubecpu.io",
+                   EXCLUSIVE_ANNOTATION, PRIORITY_ANNOTATION)
 MAX_ANNOTATION_BYTES = 256  # a value longer than this is not one of kubecpu's: dropped
+# Except a list of container names (up to 16 of Kubernetes' longest, 63 characters): a longer value is kept cut at one
+# character past this, so that its reader refuses it by name instead of the pod's asking going unseen.
+MAX_NAMES_BYTES = 1024
 MAX_SANDBOXES_KNOWN = 1024  # pods whose annotations a backend keeps (it forgets them all past this)
 
 
 def kubecpu_annotations(annotations: Mapping[str, Any]) -> Dict[str, str]:
-    """Of a pod's annotations, the ones kubecpu reads (strings of at most MAX_ANNOTATION_BYTES)."""
+    """Of a pod's annotations, the ones kubecpu reads (strings of at most MAX_ANNOTATION_BYTES; the container names of
+    EXCLUSIVE_ANNOTATION at most MAX_NAMES_BYTES, a longer value cut past it)."""
     kept = {}
     for key in POD_ANNOTATIONS:
         value = annotations.get(key)
-        if isinstance(value, str) and len(value.encode("utf-8", "replace")) <= MAX_ANNOTATION_BYTES:
+        if not isinstance(value, str):
+            continue
+        if key == EXCLUSIVE_ANNOTATION:
+            kept[key] = value[:MAX_NAMES_BYTES + 1]
+        elif len(value.encode("utf-8", "replace")) <= MAX_ANNOTATION_BYTES:
             kept[key] = value
     return kept
 
