@@ -137,7 +137,11 @@ class StateStore:
         with its descriptor; a live one is bounded by the timeout of each call it makes. Before, the whole wait was
         bounded: on a starved node (two CPUs behind four busier processes, 2026-12-02) module runs waiting beside the
         agent failed after 60 s while one run inspected a hundred new containers through a stand-in crictl under the
-        lock, and, the tries not being fair, while the lock went from one waiter to the next."""
+        lock, and, the tries not being fair, while the lock went from one waiter to the next.
+
+        A hold that created the lock file and ends in an error removes it, still holding it: a failed command leaves
+        nothing behind. A waiter that then gets the lock of a removed file sees that it is no longer the lock file
+        and waits on the one there now (every taker checks, so two never hold the lock at once)."""
         if self.read_only or self._depth:
             self._depth += 1
             try:
@@ -145,7 +149,7 @@ class StateStore:
             finally:
                 self._depth -= 1
             return
-        fd = self._open_lock()
+        fd, created = self._open_lock()
         try:
             deadline = time.monotonic() + self.lock_timeout
             taken = None  # the lock file's mtime when last looked at: a new one is a new holder
@@ -153,7 +157,6 @@ class StateStore:
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
                 except OSError as exc:
                     if exc.errno not in (errno.EAGAIN, errno.EACCES):
                         raise StoreError("cannot lock %s.lock: %s" % (self.path, exc.strerror)) from None
@@ -168,31 +171,62 @@ class StateStore:
                                          "holds it%s)" % (self.lock_timeout, self.path, how)) from None
                     time.sleep(pause)
                     pause = min(2 * pause, LOCK_POLL[1])
+                    continue
+                if self._is_the_lock_file(fd):
+                    break
+                os.close(fd)  # its holder removed it: the lock is the file there now
+                fd = -1
+                fd, created = self._open_lock()
             _touch(fd)  # taken: a waiter sees the lock change hands
             if not self.hard_timeout:  # a hard holder (the hook, the NRI plugin) keeps it only briefly
                 _BEAT.hold(fd)
             self._depth = 1
             try:
                 yield
+            except BaseException:
+                if created:  # nothing of this failed hold stays behind (a waiter moves to the next file)
+                    with contextlib.suppress(OSError):
+                        os.unlink(self.path + ".lock")
+                raise
             finally:
                 self._depth = 0
                 _BEAT.release(fd)
         finally:
-            os.close(fd)  # closing the descriptor releases the lock
+            if fd >= 0:
+                os.close(fd)  # closing the descriptor releases the lock
 
-    def _open_lock(self) -> int:
-        """The lock file's descriptor; the state directory is created when it is missing."""
+    def _open_lock(self) -> Tuple[int, bool]:
+        """The lock file's descriptor and whether this open created the file; the state directory is created when
+        it is missing."""
+        lock = self.path + ".lock"
         directory_made = False
         while True:
             try:
-                return os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+                return os.open(lock, os.O_RDWR), False
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise StoreError("cannot open lock file %s: %s" % (lock, exc.strerror)) from None
+            try:
+                return os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), True
+            except FileExistsError:  # another process made it between the two opens: open that one
+                continue
             except FileNotFoundError:
                 if directory_made:
-                    raise StoreError("cannot open lock file %s.lock: its directory vanished" % self.path) from None
+                    raise StoreError("cannot open lock file %s: its directory vanished" % lock) from None
                 self._ensure_directory()
                 directory_made = True
             except OSError as exc:
-                raise StoreError("cannot open lock file %s.lock: %s" % (self.path, exc.strerror)) from None
+                raise StoreError("cannot open lock file %s: %s" % (lock, exc.strerror)) from None
+
+    def _is_the_lock_file(self, fd: int) -> bool:
+        """Whether ``fd`` is still the file at the lock's path (its holder removes a lock file it made and failed)."""
+        try:
+            there = os.stat(self.path + ".lock")
+        except FileNotFoundError:
+            return False
+        held = os.fstat(fd)
+        return (there.st_dev, there.st_ino) == (held.st_dev, held.st_ino)
 
     def _ensure_directory(self) -> None:
         try:

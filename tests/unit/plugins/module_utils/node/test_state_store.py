@@ -290,3 +290,52 @@ def test_expect_gives_the_bytes_while_they_are_the_ones_planned_from(tmp_path):
     with pytest.raises(StaleCheckpointError, match=r"state changed since the plan was made \(planned from absent, now "
                                                    r"sha256:"):
         store.expect("absent")
+
+
+def test_a_failed_hold_removes_the_lock_file_it_made_and_keeps_one_it_found(tmp_path):
+    """Issue 64: a failed reconcile left its lock file. A hold that created the lock file and ends in an error removes
+    it; a lock file that was there stays (another holder may be waiting on it), as does one a successful hold made."""
+    path = str(tmp_path / "cpu_manager_state")
+    with pytest.raises(RuntimeError):
+        with StateStore(path).locked():
+            assert os.path.exists(path + ".lock")
+            raise RuntimeError("the runtime is down")
+    assert os.listdir(str(tmp_path)) == []
+    with StateStore(path).locked():
+        pass
+    with pytest.raises(RuntimeError):
+        with StateStore(path).locked():
+            raise RuntimeError("the runtime is down")
+    assert os.listdir(str(tmp_path)) == ["cpu_manager_state.lock"]
+
+
+def test_a_waiter_on_a_removed_lock_file_takes_the_one_there_now(tmp_path):
+    """The waiter opened the lock file before its holder failed and removed it: it gets the lock of a file no longer
+    at the path, sees so, and takes the one there now; a third process then cannot take the lock while it holds it
+    (without the check both would hold a lock at once)."""
+    path = str(tmp_path / "cpu_manager_state")
+    go_read, go_write = os.pipe()
+    held_read, held_write = os.pipe()
+    child = os.fork()
+    if child == 0:  # forked before the lock is taken: it holds none of the parent's descriptors' locks
+        try:
+            os.read(go_read, 1)
+            with StateStore(path, lock_timeout=10.0).locked():
+                os.write(held_write, b"x")
+                time.sleep(1.5)
+            os._exit(0)
+        except BaseException:  # pylint: disable=broad-except
+            os._exit(5)
+    os.close(held_write)
+    with pytest.raises(RuntimeError):
+        with StateStore(path).locked():
+            os.write(go_write, b"x")
+            time.sleep(0.5)  # the child has opened the lock file and waits on it
+            raise RuntimeError("this hold fails")
+    assert os.read(held_read, 1) == b"x"  # the child holds the lock
+    with pytest.raises(StoreError, match="timed out"):
+        with StateStore(path, lock_timeout=0.3, hard_timeout=True).locked():
+            pass
+    assert os.WEXITSTATUS(os.waitpid(child, 0)[1]) == 0
+    with StateStore(path, lock_timeout=1.0).locked():
+        pass
