@@ -33,6 +33,7 @@ FOLLOW = 0.02  # seconds between passes while a watched container is created but
 # list did not move (a removed pod's cgroup goes before the runtime stops listing its container): about seven passes.
 FOLLOW_WINDOW = 2.0
 DEBOUNCE = 0.005  # seconds to let a burst of cgroup events settle before the pass
+UNAVAILABLE = "container runtime unavailable"  # what a failed pass says when the runtime cannot be reached
 
 
 class _Policy(Protocol):
@@ -168,8 +169,9 @@ class Agent:
             self.metrics.observe_pass({}, self.clock() - started, True)
             self._write_metrics()
             return True
-        except RuntimeUnavailableError as exc:
-            self._fail("container runtime unavailable: %s" % exc, started)
+        except RuntimeUnavailableError as exc:  # said once: the runtime's own error may already say it
+            text = str(exc)
+            self._fail(text if text.startswith(UNAVAILABLE) else "%s: %s" % (UNAVAILABLE, text), started)
             return False
         except (ContainerRuntimeError, KubecpuError, OSError) as exc:
             self._fail(str(exc), started)

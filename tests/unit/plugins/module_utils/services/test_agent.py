@@ -289,3 +289,25 @@ def test_the_loop_runs_the_housekeeper_beside_a_kubelet_that_pins(tmp_path):
         text = handle.read()
     assert "kubecpu_irq_affinity_updates_total 2\n" in text and "kubecpu_irq_affinity_refused 0\n" in text
     assert 'kubecpu_reconcile_passes_total{result="success"} 2\n' in text
+
+
+def _unavailable_errors():
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cri_grpc import status_error
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.crictl import classify
+
+    return [RuntimeUnavailableError("connection refused"),
+            status_error("UNAVAILABLE", "connection error: unix:///run/x.sock: no such file or directory", "list", "",
+                         "unix:///run/x.sock"),
+            classify("list", "", "validate service connection: connection refused")]
+
+
+@pytest.mark.parametrize("error", _unavailable_errors(), ids=["bare", "cri", "crictl"])
+def test_every_runtime_error_says_container_runtime_unavailable_once(error):
+    """Issue 64: every failed pass logged ``container runtime unavailable: container runtime unavailable: ...`` (the
+    CRI and crictl backends' errors already say it, the agent said it again). Said once, whichever said it."""
+    node, clock = Node(down=1), Clock()
+    node.reconcile = lambda apply=True: (_ for _ in ()).throw(error)
+    loop, log = agent(node, clock, max_passes=1)
+    loop.run()
+    message = next(e["msg"] for e in events(log) if e["level"] == "error")
+    assert message.startswith("container runtime unavailable: ") and message.count("runtime unavailable") == 1
