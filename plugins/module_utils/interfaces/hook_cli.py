@@ -31,13 +31,15 @@ MAX_CONFIG_BYTES = 1024 * 1024  # the configuration file: a JSON object of optio
 # The hook parser's flags (a test holds this to ``build_parser(only="hook")``): those the check reads, the
 # switches, and the rest, each of which takes one value.
 QUICK_SETTINGS = ("--state", "--cgroup-root", "--policy", "--kubelet-state", "--config")
-SWITCHES = ("--read-only", "--force", "--align-memory", "--besteffort-idle", "--cpu-burst")
+SWITCHES = ("--read-only", "--force", "--align-memory", "--besteffort-idle", "--cpu-burst", "--exclusive-burstable",
+            "--system-partition")
 LISTS = ("--option", "--feature-gate", "--topology-manager-option")
 OTHER_FLAGS = ("--num-reserved", "--reserved-cpus", "--option", "--kubelet-version", "--feature-gate", "--runtime",
                "--runtime-endpoint", "--crictl", "--runtime-timeout", "--cache", "--isolated-cpus",
                "--cpu-quota", "--irq-isolation", "--topology-manager-policy", "--topology-manager-scope",
                "--topology-manager-option", "--topology", "--sysfs-root",
-               "--lock-timeout", "--period", "--socket", "--plugin-name", "--plugin-index", "--metrics-path")
+               "--lock-timeout", "--period", "--socket", "--plugin-name", "--plugin-index", "--metrics-path",
+               "--system-namespaces", "--system-priority-classes")
 
 
 def cmd_hook(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
@@ -66,7 +68,9 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout, err: Te
             return 1
         try:
             answer = quick_check(data, settings["state"], settings["cgroup-root"], settings["kubelet-state"],
-                                 settings.get("force") == "true")
+                                 settings.get("force") == "true",
+                                 exclusive_burstable=settings.get("exclusive-burstable") == "true",
+                                 system_partition=settings.get("system-partition") == "true")
         except KubecpuError:
             answer = None  # the full hook reads the same input again and reports it
         if answer is not None:
@@ -92,7 +96,7 @@ def _flag_table() -> Dict[str, Tuple[str, object, Optional[Callable[[str], objec
     from ..kubelet.topology_manager import POLICIES, SCOPES  # noqa: PLC0415
     from ..node.config import IRQ_MODES, ISOLATED_MODES, KUBELET_STATE_PATH, QUOTA_MODES, RUNTIMES  # noqa: PLC0415
     from ..runtime.model import DEFAULT_TIMEOUT  # noqa: PLC0415
-    from .cli_args import _count_arg, _cpuset_arg, _seconds_arg  # noqa: PLC0415
+    from .cli_flags import count_arg as _count_arg, cpuset_arg as _cpuset_arg, seconds_arg as _seconds_arg  # noqa: PLC0415
 
     table: Dict[str, Tuple[str, object, Optional[Callable[[str], object]], Sequence[str]]] = {
         flag: ("switch", False, None, ()) for flag in SWITCHES}
@@ -186,8 +190,9 @@ def _quick_settings(argv: Sequence[str]) -> Optional[Dict[str, str]]:
             return None
         settings.update(from_file)
     settings.update((name, value) for name, value in given.items() if isinstance(value, str))
-    if given.get("force"):
-        settings["force"] = "true"
+    for switch in ("force", "exclusive-burstable", "system-partition"):
+        if given.get(switch):
+            settings[switch] = "true"
     if settings["policy"] != "static" or given.get("read-only") or settings.get("read-only"):
         return None
     return settings
@@ -211,7 +216,7 @@ def _config_settings(path: str) -> Optional[Dict[str, str]]:
             if not isinstance(value, str):
                 return None
             settings[name] = value
-        elif name in ("read-only", "force") and value not in (False, None):
+        elif name in ("read-only", "force", "exclusive-burstable", "system-partition") and value not in (False, None):
             settings[name] = "true"
     return settings
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import UsageError
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces import cli_args
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces import cli_args, cli_help
 
 
 @pytest.mark.parametrize("argv,field,value", [
@@ -112,3 +113,76 @@ def test_state_lists_no_flag_it_ignores_and_housekeeping_says_what_it_does_with_
 ])
 def test_a_cli_error_names_flags_not_module_options(text, want):
     assert cli_args.as_flags(text) == want
+
+
+def _subparsers():
+    parser = cli_args.build_parser()
+    return next(a for a in parser._actions if a.dest == "command").choices  # pylint: disable=protected-access
+
+
+def _help_text(command, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    _help(command)
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", sorted(cli_help.ABOUT))
+def test_every_subcommands_help_has_a_one_line_description_and_an_example(command, capsys, monkeypatch):
+    """Issue 64: subcommand help pages had no description or example. Each has its line (also the top-level list's)
+    and examples, and each example is a command line its parser accepts."""
+    text = _help_text(command, capsys, monkeypatch)
+    line, examples = cli_help.ABOUT[command]
+    assert "\n" not in line and " ".join(line.split()).lower() in " ".join(text.split()).lower()
+    assert "examples:\n" in text and examples and all("  " + example in text for example in examples)
+    for example in examples:
+        words = shlex.split(example.split("|")[-1])
+        words = words[:next((n for n, w in enumerate(words) if w in ("<", ">")), len(words))]
+        assert words[:2] == ["kubecpu", command]
+        cli_args.build_parser().parse_args(words[1:])
+
+
+@pytest.mark.parametrize("dest", ["container", "pod_uid", "scope", "pod"])
+def test_container_pod_uid_scope_and_pod_have_help(dest):
+    found = [action for sub in _subparsers().values() for action in sub._actions  # pylint: disable=protected-access
+             if action.dest == dest]
+    assert found and all(action.help and len(action.help) > 20 for action in found)
+
+
+@pytest.mark.parametrize("command", sorted(cli_help.ABOUT))
+def test_every_help_is_short_grouped_and_lists_every_flag_it_uses(command, capsys, monkeypatch):
+    """``defrag --help`` was 95 lines, its usage 17 of them. The usage (at most 4 lines) names the command's own
+    flags, the shared ones are in groups of their own, and no page runs past 70 lines at 80 columns; every flag that is
+    not hidden is on it."""
+    import argparse
+
+    text = _help_text(command, capsys, monkeypatch)
+    lines = text.splitlines()
+    usage = lines[:next(n for n, line in enumerate(lines) if not line.strip())]
+    assert len(lines) <= 70 and len(usage) <= 4, (len(lines), len(usage))
+    for action in _subparsers()[command]._actions:  # pylint: disable=protected-access
+        if action.help != argparse.SUPPRESS:
+            assert any(option in text for option in action.option_strings), action.option_strings
+    if "--runtime" in text:
+        assert "\ncontainer runtime:\n" in text and "\nnode, policy and checkpoint:\n" in text
+
+
+@pytest.mark.parametrize("argv,command,near", [
+    (["allocate", "--pod", "p", "--container", "a", "--stae", "x"], "allocate", "--state"),
+    (["defrag", "--chek"], "defrag", "--check"),
+    (["state", "--rest"], "state", "--reset"),
+    (["topology", "--topolgy", "x"], "topology", "--topology"),
+])
+def test_a_misspelled_flag_shows_that_subcommands_usage(argv, command, near, capsys):
+    """A misspelled flag printed the top-level usage (``kubecpu [-h] [--version] COMMAND ...``). It prints the
+    sub-command's, names the word and the nearest flag."""
+    with pytest.raises(UsageError) as caught:
+        cli_args.build_parser().parse_args(argv)
+    assert capsys.readouterr().err.startswith("usage: kubecpu %s " % command)
+    assert "kubecpu %s: error: unrecognized arguments" % command in str(caught.value)
+    assert "did you mean %s?" % near in str(caught.value)
+
+
+def test_an_unknown_feature_gate_is_refused_with_the_kubelets_words():
+    assert cli_args.feature_gates(["PodLevelResourceManagers=true"]) == {"PodLevelResourceManagers": "true"}
+    with pytest.raises(UsageError, match="unrecognized feature gate: Foo"):
+        cli_args.feature_gates(["Foo=true"])
