@@ -21,6 +21,7 @@ from ..kubelet.hints import container_hints, hints_document, pod_hints
 from ..kubelet.kubelet_versions import kubelet_version
 from ..kubelet.options import parse_option_args, parse_options, validate_for_machine
 from ..kubelet.pod import Pod
+from ..kubelet.pod_manifest import is_manifest, pod_document
 from ..kubelet.policy import Policy, check_numa_nodes, plan
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology, parse_numa_distances
@@ -36,6 +37,7 @@ from ..runtime.cgroups import CgroupFS
 from ..runtime.watch import Waker, open_watch
 from ..services.agent import Agent, say
 from .cli_args import build_parser, feature_gates, node_config, run_command
+from .cli_checks import refuse
 from .hook_cli import cmd_hook
 
 
@@ -149,12 +151,36 @@ def _manager(args: argparse.Namespace, topo: Topology) -> NodeManager:
     return NodeManager(topo, policy, _store(args, policy.name), options=config.options, sysfs_root=config.sysfs_root)
 
 
-def cmd_allocate(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
+def read_pod(path: str, stdin: TextIO) -> Pod:
+    """``--pod``: kubecpu's pod JSON, or a Kubernetes ``kind: Pod`` as JSON or (where PyYAML is installed) YAML."""
+    where = "pod file %s" % ("<stdin>" if path == "-" else path)
+    text = _read_text(path, "pod file", stdin)
+    if text.lstrip()[:1] in ("{", "["):  # JSON (YAML reads it too, but JSON's errors are the ones to show)
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise PodSpecError("%s is not valid JSON: %s" % (where, exc)) from None
+    else:
+        doc = _yaml(text, where)
+    return Pod.from_dict(pod_document(doc, where) if is_manifest(doc) else doc, where)
+
+
+def _yaml(text: str, where: str) -> Any:
+    """A YAML pod manifest through PyYAML's safe loader when this Python has it (the core itself needs nothing but
+    the standard library: a node without PyYAML takes JSON, as ``kubectl get pod NAME -o json`` prints it)."""
     try:
-        pod_doc = json.loads(_read_text(args.pod, "pod file", stdin))
-    except ValueError as exc:
-        raise PodSpecError("pod file %s is not valid JSON: %s" % (args.pod, exc)) from None
-    pod = Pod.from_dict(pod_doc, "pod file %s" % args.pod)
+        import yaml  # type: ignore[import-untyped]  # noqa: PLC0415  # optional: Ansible's, and most distributions'
+    except ImportError:
+        raise PodSpecError("%s is not JSON, and this Python (%s) has no PyYAML to read YAML: give the pod as JSON "
+                           "(kubectl get pod NAME -o json)" % (where, sys.executable)) from None
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # a safe loader
+    except yaml.YAMLError as exc:
+        raise PodSpecError("%s is neither JSON nor valid YAML: %s" % (where, " ".join(str(exc).split()))) from None
+
+
+def cmd_allocate(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
+    pod = read_pod(args.pod, stdin)
     pod.container(args.container)
     topo = load_topology(args, stdin)
     manager = _manager(args, topo)
@@ -164,7 +190,19 @@ def cmd_allocate(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: Text
 
 
 def cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
-    plan = _manager(args, load_topology(args, stdin)).release_entry(args.pod_uid, args.container)
+    """A container's entry released; one the state does not hold is refused before the lock is taken (a typo in the
+    uid would otherwise create the state file and its lock, and say it released nothing)."""
+    manager = _manager(args, load_topology(args, stdin))
+    state = manager.read_state()
+    if state.get(args.pod_uid, args.container) is None:
+        held = state.entries.get(args.pod_uid)
+        if held:
+            why = "pod %s holds exclusive CPUs for %s only" % (args.pod_uid, ", ".join(sorted(held)))
+        else:
+            why = "no pod with uid %s holds exclusive CPUs there" % args.pod_uid
+        raise UsageError('nothing to release: %s (state file %s); the container "%s" is not released'
+                         % (why, manager.store.path, args.container))
+    plan = manager.release_entry(args.pod_uid, args.container)
     _emit(out, plan.result)
     return 0
 
@@ -247,8 +285,6 @@ def cmd_nri(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -
 
 def cmd_state(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     if args.rebuild:
-        if args.reset:
-            raise UsageError("--rebuild and --reset exclude each other")
         target = CheckpointFile(node_config(args), kubelet_stopped=args.kubelet_stopped,
                                 topology=load_topology(args, stdin))
         result = target.run("rebuild", apply=not args.check)
@@ -309,4 +345,4 @@ COMMANDS = {"topology": cmd_topology, "plan": cmd_plan, "hints": cmd_hints, "mer
 
 def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
          stdin: TextIO = sys.stdin) -> int:
-    return run_command(build_parser(), COMMANDS, argv, out=out, err=err, stdin=stdin)
+    return run_command(build_parser(), COMMANDS, argv, out=out, err=err, stdin=stdin, refuse=refuse)

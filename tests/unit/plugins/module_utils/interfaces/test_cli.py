@@ -11,6 +11,8 @@ import sys
 
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces import cli
+import hypothesis
+from hypothesis import strategies as st
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkpoint import decode, encode
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
@@ -245,7 +247,8 @@ def test_allocate_release_cycle(tmp_path, topo_files):
     assert json.loads(again[1])["cpus"] == "2,4,8,10"
     assert node.run("release", "--pod-uid", "uid-1", "--container", "init")[1] == '{"released": ""}\n'
     assert node.run("release", "--pod-uid", "uid-1", "--container", "app")[1] == '{"released": "2,4,8,10"}\n'
-    assert node.run("release", "--pod-uid", "uid-1", "--container", "app")[1] == '{"released": ""}\n'
+    code, out, err = node.run("release", "--pod-uid", "uid-1", "--container", "app")  # released already
+    assert (code, out) == (2, "") and "nothing to release: no pod with uid uid-1 holds exclusive CPUs there" in err
     assert node.file() == CPUState("static", CPUSet.parse("0-11"))
 
 
@@ -358,8 +361,9 @@ def test_state_rebuild_from_the_runtime_keeps_the_lost_file(tmp_path):
     assert run(argv + ["--reset"])[0] == 2
 
 
-ZERO_RESERVED_CLI = ("[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than "
-                     "zero (set --reserved-cpus or --num-reserved)")
+ZERO_RESERVATION = ("[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than "
+                    "zero")
+ZERO_RESERVED_CLI = ZERO_RESERVATION + " (set --reserved-cpus or --num-reserved)"
 
 
 def _split_node(tmp_path):
@@ -697,3 +701,458 @@ def test_every_flag_a_sub_command_lists_is_one_it_uses(tmp_path, monkeypatch):
         if missed:
             unused[command] = missed
     assert unused == {}, json.dumps(unused, indent=1)
+
+
+# --- Read-only means read-only (issue 63, case 8, and its generalisation) -----------------------------------------
+def _snapshot(top):
+    """Every entry below ``top``: its kind, inode, mtime_ns, size and bytes (a directory's mtime moves when anything is
+    created or removed in it, a lock file's when a holder takes it); not the crictl stand-in's log of its calls."""
+    found = {}
+    for where, dirs, files in os.walk(str(top)):
+        for name in dirs + sorted(set(files) - {"calls.log"}):
+            path = os.path.join(where, name)
+            info = os.lstat(path)
+            data = open(path, "rb").read() if os.path.isfile(path) and not os.path.islink(path) else None
+            found[path] = (info.st_mode, info.st_ino, info.st_mtime_ns, info.st_size, data)
+    found[str(top)] = os.stat(str(top)).st_mtime_ns
+    return found
+
+
+@pytest.fixture(scope="module")
+def read_node(tmp_path_factory):
+    """One node for every read: the crictl stand-in and its cgroupfs, a state file with its lock file (so a lock taken
+    shows as the lock file's mtime), the kubelet's checkpoint, a sysfs tree with /proc/irq, a pod, hints, distances and
+    a configuration file. Reads change nothing, so every example runs on the same tree."""
+    tmp = tmp_path_factory.mktemp("reads")
+    _crictl, state, common = _split_node(tmp)
+    (tmp / "state.lock").write_text("")
+    (tmp / "node" / "calls.log").write_text("")  # the stand-in appends to it: its directory's mtime stays
+    root = build(str(tmp / "machine"), machine(2, 2, 2))
+    proc_irq(os.path.join(root, "proc", "irq"), {24: "0-7"})
+    (tmp / "kubelet_state").write_bytes(checkpoint_file("0-7", {}))
+    (tmp / "hints.json").write_text(json.dumps({"hints": [{"numa_affinity": [0], "preferred": True}]}))
+    (tmp / "distances.json").write_text(json.dumps({"0": [10, 20], "1": [20, 10]}))
+    (tmp / "agent.json").write_text(json.dumps({"runtime_timeout": 1}))
+    (tmp / "pod.json").write_text(json.dumps({"uid": "a06b0ffe-e387-47dc-90e2-339fa3fc242a", "name": "p",
+                                              "namespace": "n", "containers": [
+        {"name": "main", "cpu_request": "1", "cpu_limit": "1", "memory_request": "1Gi", "memory_limit": "1Gi"}]}))
+    values = {"tmp": str(tmp), "state": str(state), "root": root, "topology": str(tmp / "two-numa.json"),
+              "crictl": common[common.index("--crictl") + 1], "cgroup": common[common.index("--cgroup-root") + 1]}
+    return tmp, values
+
+
+# The flags every run of a command has: the required ones, and for the commands that reach the runtime the stand-in
+# crictl and its cgroupfs (never this machine's own runtime).
+RUNTIME_BASE = ["--crictl", "{crictl}", "--cgroup-root", "{cgroup}", "--topology", "{topology}"]
+READ_BASE = {
+    "topology": [], "plan": ["--available", "1-7", "--count", "2"], "hints": ["--available", "1-7", "--count", "2"],
+    "merge": ["--policy", "single-numa-node", "--numa-nodes", "0-1", "--hints", "{tmp}/hints.json"],
+    "demo": [], "state": RUNTIME_BASE + ["--state", "{state}"],
+    "reconcile": RUNTIME_BASE + ["--state", "{state}", "--check"],
+    "housekeeping": ["--sysfs-root", "{root}", "--kubelet-state", "{tmp}/kubelet_state", "--state", "{tmp}/own",
+                     "--check"],
+    "defrag": RUNTIME_BASE + ["--state", "{state}", "--check", "--time-budget", "50ms"],
+    "allocate": ["--topology", "{topology}", "--state", "{state}", "--read-only", "--pod", "{tmp}/pod.json",
+                 "--container", "main"],
+    "release": ["--topology", "{topology}", "--state", "{state}", "--read-only", "--pod-uid",
+                "a06b0ffe-e387-47dc-90e2-339fa3fc242a", "--container", "main"],
+}
+# Every value a flag of these commands is tried with (a flag missing here fails the test: a new flag is covered as
+# soon as it exists); None marks a switch.
+READ_VALUES = {
+    "topology": ["{topology}"], "sysfs_root": ["{root}"], "option": ["full-pcpus-only", "strict-cpu-reservation"],
+    "kubelet_version": ["1.35", "1.37", "1.38"],
+    "feature_gate": ["PodLevelResourceManagers=true", "InPlacePodVerticalScalingExclusiveCPUs=false", "Foo=true"],
+    "numa_affinity": ["0", "1"], "reusable": ["1"], "assigned": ["3-4"], "scope": ["container", "pod"],
+    "pod_assigned": ["2:3-4"], "numa_distances": ["{tmp}/distances.json"],
+    "state": ["{state}", "{tmp}/missing", "{tmp}/no-such-dir/state"], "policy": ["static", "none"],
+    "num_reserved": ["0", "1", "2"], "reserved_cpus": ["0", "0-1"], "runtime": ["crictl"],
+    "runtime_endpoint": ["unix://{tmp}/no.sock"], "crictl": ["{crictl}"], "runtime_timeout": ["1"],
+    "cgroup_root": ["{cgroup}"], "kubelet_state": ["{tmp}/none", "{tmp}/kubelet_state"],
+    "cache": ["{tmp}/cache.json"], "isolated_cpus": ["ignore", "prefer"], "cpu_quota": ["keep", "unlimited"],
+    "irq_isolation": ["off", "exclusive"], "topology_manager_policy": ["none", "single-numa-node"],
+    "topology_manager_scope": ["container", "pod"], "topology_manager_option": ["prefer-closest-numa-nodes"],
+    "period": ["1s"], "metrics_path": ["{tmp}/metrics.prom"], "config": ["{tmp}/agent.json"], "max_moves": ["1"],
+    "time_budget": ["100ms"],
+    "read_only": None, "reset": None, "rebuild": None, "kubelet_stopped": None, "check": None, "loop": None,
+    "no_watch": None, "force": None, "align_memory": None, "besteffort_idle": None, "cpu_burst": None,
+    "keep_numa": None, "json": None,
+}
+WRITE_FLAGS = {"reset", "rebuild"}  # state's: a write unless --check or --read-only holds it back
+
+
+def _flag_actions(command):
+    """The sub-command's flags, from its parser (hidden ones too: they are accepted)."""
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.cli_args import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices[command]  # pylint: disable=protected-access
+    return [action for action in sub._actions  # pylint: disable=protected-access
+            if action.option_strings and action.dest != "help"]
+
+
+def _optional_actions(command):
+    """The sub-command's flags but the ones its base run has."""
+    given = {word for word in READ_BASE[command] if word.startswith("--")}
+    return [action for action in _flag_actions(command) if not set(action.option_strings) & given]
+
+
+def _is_read(command, argv):
+    if command != "state":
+        return True  # each base run is a read: a print, --check or --read-only
+    return not set(argv) & {"--reset", "--rebuild"} or "--check" in argv or "--read-only" in argv
+
+
+def _read_run(read_node, command, extra):
+    """Run ``command`` with its base flags and ``extra``; assert that the tree is as it was and that a combination
+    that cannot be honoured exits 2 saying so. Returns the exit code."""
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.cli_checks import conflicts
+
+    tmp, values = read_node
+    argv = [command] + [word.format(**values) for word in READ_BASE[command] + extra]
+    before = _snapshot(tmp)
+    code, out, err = run(argv)
+    assert _snapshot(tmp) == before, (argv, code, err)
+    assert code in (0, 1, 2) and (code != 0 or out), (argv, code, err)
+    parsed = argparse.Namespace(**{action.dest: True for action in _flag_actions(command)
+                                   if set(action.option_strings) & set(argv)})
+    if conflicts(parsed) and "unrecognized" not in err and "not allowed with argument" not in err:
+        assert code == 2 and ("drop one of them" in err or "add --check" in err), (argv, err)
+    return code
+
+
+def _extras(actions, chosen):
+    extra = []
+    for action, value in chosen:
+        extra += [action.option_strings[-1]] if READ_VALUES[action.dest] is None else [action.option_strings[-1],
+                                                                                      value]
+    return extra
+
+
+@pytest.mark.parametrize("command", sorted(READ_BASE))
+def test_every_flag_of_every_read_has_a_value_to_try(command):
+    missing = [action.option_strings[-1] for action in _optional_actions(command) if action.dest not in READ_VALUES]
+    assert missing == []
+
+
+# state's switches, and the switches beside each command's --check: every combination that is a read
+MODE_FLAGS = {"state": ["--reset", "--rebuild", "--kubelet-stopped", "--check", "--read-only", "--force"],
+              "reconcile": ["--loop", "--no-watch", "--metrics-path", "--read-only", "--force"],
+              "housekeeping": ["--loop", "--no-watch", "--metrics-path", "--read-only"],
+              "defrag": ["--read-only", "--force", "--keep-numa"]}
+MODE_RUNS = [(command, [flag for bit, flag in enumerate(flags) if mask >> bit & 1])
+             for command, flags in sorted(MODE_FLAGS.items()) for mask in range(1 << len(flags))]
+
+
+@pytest.mark.parametrize("command,flags", [run_ for run_ in MODE_RUNS if _is_read(run_[0], run_[1])],
+                         ids=lambda item: " ".join(item) if isinstance(item, list) else item)
+def test_every_combination_of_a_reads_switches_changes_nothing(read_node, command, flags):
+    """The exhaustive table: each read's switches in every combination (--metrics-path with its file). A combination
+    that cannot be honoured (--reset or --loop or --metrics-path with --check, --reset or --rebuild with --read-only)
+    exits 2, and nothing is created, moved, modified or locked."""
+    extra = []
+    for flag in flags:
+        extra += [flag, "{tmp}/metrics.prom"] if flag == "--metrics-path" else [flag]
+    code = _read_run(read_node, command, extra)
+    if {"--reset", "--check"} <= set(flags) or {"--loop", "--metrics-path"} & set(flags):
+        assert code == 2
+
+
+@st.composite
+def _read_flags(draw, command):
+    actions = _optional_actions(command)
+    picked = draw(st.lists(st.sampled_from(actions), unique_by=lambda action: action.dest, max_size=6))
+    chosen = [(action, None if READ_VALUES[action.dest] is None else draw(st.sampled_from(READ_VALUES[action.dest])))
+              for action in picked]
+    return _extras(actions, chosen)
+
+
+@pytest.mark.parametrize("command", sorted(READ_BASE))
+@hypothesis.settings(max_examples=25)
+@hypothesis.given(data=st.data())
+def test_no_flag_combination_of_a_read_changes_anything(read_node, command, data):
+    """Random flag sets, drawn from each read command's own parser, with values of every kind (a missing file, a
+    directory that does not exist, a refused reservation, an unknown gate): the tree stays as it was."""
+    extra = data.draw(_read_flags(command))
+    if command == "state" and not _is_read(command, READ_BASE[command] + extra):
+        extra += ["--check"]
+    _read_run(read_node, command, extra)
+
+
+def test_state_reset_with_check_resets_nothing(tmp_path, topo_files):
+    """Issue 63, case 8: ``state --reset --check`` moved the checkpoint aside, wrote an empty one and exited 0; on the
+    kubelet's file with --kubelet-stopped, the kubelet then started with no assignments. It is refused (exit 2)."""
+    node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
+    node.run("allocate", "--pod", node.pod("u", [("a", "2")]), "--container", "a")
+    before = _snapshot(tmp_path)
+    for extra in ([], ["--kubelet-stopped"], ["--read-only"]):
+        code, out, err = node.run("state", "--reset", "--check", *extra)
+        assert (code, out) == (2, "") and "--check with --reset" in err, err
+        assert _snapshot(tmp_path) == before
+    code, _out, err = node.run("state", "--reset", "--read-only")
+    assert code == 2 and "--read-only with --reset" in err and _snapshot(tmp_path) == before
+
+
+# --- The CLI refuses instead of guessing (issue 64) -------------------------------------------------------------
+def test_allocate_refuses_a_state_path_whose_directory_does_not_exist(tmp_path, topo_files):
+    """``allocate --state /nonexistent-dir/st`` created /nonexistent-dir (mode 0700) wherever the typo pointed. Every
+    command that takes --state refuses it (exit 2, the path named) and creates nothing."""
+    node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
+    pod = node.pod("u", [("a", "2")])
+    before = _snapshot(tmp_path)
+    for target in (tmp_path / "nonexistent-dir" / "st", tmp_path / "u.json" / "st"):
+        code, out, err = run(["allocate", "--topology", topo_files["topoDualSocketHT"], "--state", str(target),
+                              "--pod", pod, "--container", "a"])
+        assert (code, out) == (2, "") and "--state %s: its directory %s" % (target, target.parent) in err
+        assert _snapshot(tmp_path) == before
+    for command in ("release", "state", "reconcile", "defrag", "housekeeping"):
+        code, _out, err = run([command, "--state", str(tmp_path / "nonexistent-dir" / "st"), "--pod-uid", "u",
+                               "--container", "a"] if command == "release" else
+                              [command, "--state", str(tmp_path / "nonexistent-dir" / "st")])
+        assert code == 2 and "does not exist" in err, (command, err)
+    assert _snapshot(tmp_path) == before
+
+
+def test_kubecpus_own_state_directory_is_still_made_when_missing(tmp_path, topo_files, monkeypatch):
+    """The agent role makes the state directory itself (present.yml, mode 0700); a bare node running kubecpu by hand
+    gets its own /var/lib/kubecpu made as before (here a stand-in for it)."""
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces import cli_checks
+
+    own = tmp_path / "var-lib-kubecpu"
+    monkeypatch.setattr(cli_checks, "OWN_DIRECTORY", str(own))
+    node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
+    code, out, err = run(["allocate", "--topology", topo_files["topoDualSocketHT"], "--state", str(own / "state"),
+                          "--pod", node.pod("u", [("a", "2")]), "--container", "a"])
+    assert code == 0 and json.loads(out)["exclusive"], err
+    assert os.stat(str(own)).st_mode & 0o777 == 0o700
+
+
+def test_release_of_an_unknown_pod_uid_is_refused_and_creates_nothing(tmp_path, topo_files):
+    """``release --pod-uid nope`` created a state file and its lock and printed {"released": ""} with exit 0."""
+    node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
+    code, out, err = node.run("release", "--pod-uid", "nope", "--container", "app")
+    assert (code, out) == (2, "") and "nothing to release: no pod with uid nope holds exclusive CPUs there" in err
+    assert os.listdir(str(tmp_path)) == []
+    node.run("allocate", "--pod", node.pod("u", [("a", "2"), ("b", "500m")]), "--container", "a")
+    node.run("allocate", "--pod", node.pod("u", [("a", "2"), ("b", "500m")]), "--container", "b")
+    before = _snapshot(tmp_path)
+    for uid, container, says in (("nope", "a", "no pod with uid nope"), ("u", "b", "pod u holds exclusive CPUs for "
+                                 "a only"), ("u", "zz", "pod u holds exclusive CPUs for a only")):
+        code, out, err = node.run("release", "--pod-uid", uid, "--container", container)
+        assert (code, out) == (2, "") and says in err and '"%s" is not released' % container in err
+        assert _snapshot(tmp_path) == before
+    assert node.run("release", "--pod-uid", "u", "--container", "a")[:2] == (0, '{"released": "2,8"}\n')
+
+
+def test_a_failed_reconcile_leaves_no_lock_behind(tmp_path):
+    """A reconcile whose runtime cannot be reached fails (exit 1) and leaves nothing: no lock file, no state, no
+    cache."""
+    _crictl, state, common = _split_node(tmp_path)
+    state.unlink()
+    before = _snapshot(tmp_path)
+    for backend in (["--runtime", "cri", "--runtime-endpoint", "unix://%s/no.sock" % tmp_path],
+                    ["--crictl", str(tmp_path / "no-crictl")]):
+        code, out, err = run(["reconcile"] + common + backend)
+        assert (code, out) == (1, "") and ("container runtime unavailable" in err or "crictl not found" in err), err
+        assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv"),
+                    reason="needs root to make a root-owned socket and setpriv to run as another user")
+def test_a_failed_non_root_reconcile_says_run_as_root_and_leaves_no_lock(tmp_path):
+    """A non-root ``reconcile`` against a root-owned socket said "permission denied" and left its lock file. It says
+    to run as root, and leaves the state's directory as it was."""
+    import socket
+    import tempfile
+
+    top = tempfile.mkdtemp(prefix="kubecpu-nonroot-")
+    try:
+        os.chmod(top, 0o755)
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(os.path.join(top, "runtime.sock"))
+        server.listen(1)
+        os.chmod(os.path.join(top, "runtime.sock"), 0o600)
+        states = os.path.join(top, "states")
+        os.mkdir(states)
+        os.chmod(states, 0o777)
+        topology = os.path.join(top, "topology.json")
+        with open(topology, "w", encoding="utf-8") as handle:
+            json.dump(fixture_as_document("topoDualSocketHT"), handle)
+        os.chmod(topology, 0o644)
+        proc = subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                               KUBECPU, "reconcile", "--runtime", "cri", "--runtime-endpoint",
+                               "unix://%s/runtime.sock" % top, "--state", os.path.join(states, "state"), "--topology",
+                               topology, "--kubelet-state", os.path.join(top, "none")],
+                              capture_output=True, text=True, check=False, env={"PATH": "/usr/bin:/bin"})
+        server.close()
+        assert proc.returncode == 1 and "permission denied" in proc.stderr, proc.stderr
+        assert "kubecpu runs as uid 65534" in proc.stderr and "run it as root" in proc.stderr
+        assert os.listdir(states) == []
+    finally:
+        subprocess.run(["rm", "-rf", "--", top], check=False)
+
+
+@pytest.mark.parametrize("text,uid,hint", [
+    ("cannot open lock file /var/lib/kubecpu/cpu_manager_state.lock: Permission denied", 1000, True),
+    ("container runtime unavailable: rpc error: ...: permission denied (endpoint unix:///run/x.sock)", 1000, True),
+    ("container runtime unavailable: rpc error: ...: permission denied (endpoint unix:///run/x.sock)", 0, False),
+    ("container runtime unavailable: connection refused", 1000, False),
+])
+def test_permission_denied_says_run_as_root_only_where_that_is_the_cause(text, uid, hint):
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.cli_args import as_root
+
+    said = as_root(text, uid)
+    assert said.startswith(text) and ("run it as root" in said) == hint
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "--topology", "{topology}", "--available", "0-11", "--count", "1"], ["state", "{common}"],
+    ["allocate", "{common}", "--pod", "{pod}", "--container", "a"],
+])
+def test_an_unknown_feature_gate_is_refused_in_the_kubelets_words(tmp_path, topo_files, argv):
+    """``--feature-gate Foo=true`` was accepted (exit 0). The kubelet refuses to start with "unrecognized feature gate:
+    Foo" (component-base/featuregate); kubecpu says the same, and changes nothing."""
+    node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
+    pod = node.pod("u", [("a", "1")])
+    argv = [part for word in argv for part in (node.common if word == "{common}" else
+                                               [word.format(pod=pod, topology=topo_files["topoDualSocketHT"])])]
+    before = _snapshot(tmp_path)
+    code, out, err = run(argv + ["--feature-gate", "Foo=true"])
+    assert (code, out) == (2, "") and "unrecognized feature gate: Foo" in err and _snapshot(tmp_path) == before
+    code, _out, err = run(argv + ["--kubelet-version", "1.37", "--feature-gate", "PodLevelResourceManagers=true"])
+    assert code == 0, err
+
+
+def _num_reserved_commands():
+    """Every sub-command whose help lists --num-reserved, from the parser."""
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.cli_args import build_parser
+
+    parser = build_parser()
+    subs = next(a for a in parser._actions if a.dest == "command").choices  # pylint: disable=protected-access
+    return sorted(name for name, sub in subs.items() for action in sub._actions  # pylint: disable=protected-access
+                  if "--num-reserved" in action.option_strings and action.help != argparse.SUPPRESS)
+
+
+@pytest.mark.parametrize("command", _num_reserved_commands())
+def test_num_reserved_0_is_refused_wherever_static_applies(tmp_path, topo_files, command):
+    """``demo --num-reserved 0`` was accepted although the kubelet refuses the static policy with nothing reserved
+    (ALGORITHM.md section 3). Every command that lists --num-reserved refuses 0 under static, in the kubelet's words,
+    before it reads or writes anything; under the none policy 0 is fine."""
+    node = Node(tmp_path, topo_files)
+    argv = {"allocate": ["--pod", node.pod("u", [("a", "1")]), "--container", "a"],
+            "release": ["--pod-uid", "u", "--container", "a"]}.get(command, [])
+    before = _snapshot(tmp_path)
+    code, out, err = run([command, "--topology", topo_files["topoDualSocketHT"], "--num-reserved", "0"] + argv)
+    assert (code, out) == (2, "") and err.startswith(ZERO_RESERVATION), err
+    assert _snapshot(tmp_path) == before
+    if command != "demo":  # (parsed and checked, not run: nri and hook are services)
+        from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.cli_args import build_parser
+        from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.cli_checks import refuse
+
+        refuse(build_parser().parse_args([command, "--num-reserved", "0", "--policy", "none", "--state",
+                                          str(tmp_path / "state")] + argv))
+
+
+# --- A Kubernetes Pod given to --pod -------------------------------------------------------------------------------
+def _resources(cpu=None, memory=None, requests=None):
+    limits = {key: value for key, value in (("cpu", cpu), ("memory", memory)) if value is not None}
+    found = {"limits": limits} if limits else {}
+    if requests:
+        found["requests"] = requests
+    return found
+
+
+POD_MANIFEST = {
+    "apiVersion": "v1", "kind": "Pod",
+    "metadata": {"name": "web", "namespace": "prod", "uid": "7c1e0b9e-2f0a-4a5b-9a7c-2d4b8c9e1f00"},
+    "spec": {"initContainers": [{"name": "log", "restartPolicy": "Always", "resources": _resources("1", "64Mi")},
+                                {"name": "setup", "resources": _resources(2, "1Gi")}],
+             "containers": [{"name": "app", "image": "nginx", "resources": _resources("2", "1Gi")},
+                            {"name": "metrics", "resources": _resources("500m", "64Mi")}]},
+    "status": {"qosClass": "Guaranteed", "phase": "Running"}}
+POD_YAML = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: prod
+  uid: 7c1e0b9e-2f0a-4a5b-9a7c-2d4b8c9e1f00
+spec:
+  initContainers:
+  - name: log
+    restartPolicy: Always
+    resources:
+      limits: {cpu: "1", memory: 64Mi}
+  - name: setup
+    resources:
+      limits:
+        cpu: 2
+        memory: 1Gi
+  containers:
+  - name: app
+    image: nginx
+    resources:
+      limits: {cpu: "2", memory: 1Gi}
+  - name: metrics
+    resources:
+      limits: {cpu: 500m, memory: 64Mi}
+"""
+
+
+@pytest.mark.parametrize("text", [json.dumps(POD_MANIFEST), POD_YAML], ids=["json", "yaml"])
+def test_a_kubernetes_pod_manifest_is_accepted_and_converted(tmp_path, topo_files, text):
+    """A ``kind: Pod`` given to --pod got ``"uid" must be a non-empty string``. It is read as the kubelet reads the
+    pod: the uid from metadata.uid, requests defaulted to limits, an init container with restartPolicy Always as a
+    sidecar (it keeps its CPUs), and the QoS class computed from the containers (not status.qosClass)."""
+    node = Node(tmp_path, topo_files, extra=["--num-reserved", "1"])
+    (tmp_path / "pod").write_text(text)
+    got = {}
+    for name in ("setup", "log", "app", "metrics"):
+        code, out, err = node.run("allocate", "--pod", str(tmp_path / "pod"), "--container", name)
+        assert code == 0, err
+        got[name] = json.loads(out)
+    assert [got[n]["exclusive"] for n in ("setup", "log", "app", "metrics")] == [True, True, True, False]
+    assert len(CPUSet.parse(got["app"]["cpus"])) == 2 and set(node.file().entries) == {POD_MANIFEST["metadata"]["uid"]}
+    assert CPUSet.parse(got["log"]["cpus"]).isdisjoint(CPUSet.parse(got["app"]["cpus"]))  # a sidecar keeps its CPUs
+
+
+def test_a_pod_manifest_and_kubecpus_pod_document_allocate_alike(tmp_path, topo_files):
+    """The manifest and kubecpu's own document of the same pod: the same answers, the same state file."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    manifest, document = Node(tmp_path / "a", topo_files), Node(tmp_path / "b", topo_files)
+    (tmp_path / "pod.json").write_text(json.dumps(POD_MANIFEST))
+    twin = document.pod(POD_MANIFEST["metadata"]["uid"], [("app", "2"), ("metrics", "500m")],
+                        init=[("log", "1", {"restart_policy": "Always"}), ("setup", "2", {})])
+    for name in ("setup", "log", "app", "metrics"):
+        assert manifest.run("allocate", "--pod", str(tmp_path / "pod.json"), "--container", name)[:2] == \
+            document.run("allocate", "--pod", twin, "--container", name)[:2]
+    assert manifest.file() == document.file()
+
+
+@pytest.mark.parametrize("doc,message", [
+    (dict(POD_MANIFEST, metadata={"name": "web"}), "a Pod manifest needs metadata.uid"),
+    (dict(POD_MANIFEST, kind="Deployment"), "kind is 'Deployment': a Pod is expected"),
+    (dict(POD_MANIFEST, spec=dict(POD_MANIFEST["spec"], resources={"limits": {"cpu": "4"}})),
+     "spec.resources (pod-level resources) is not modelled"),
+    (dict(POD_MANIFEST, spec={"containers": [{"name": "a", "resources": {"limits": {"cpu": True}}}]}),
+     "spec.containers[0]: resources.limits.cpu: a quantity is expected, got True"),
+    (dict(POD_MANIFEST, spec={"containers": "a"}), "spec.containers must be a list"),
+    (dict(POD_MANIFEST, spec={"containers": []}), '"containers" must list at least one container'),
+])
+def test_a_pod_manifest_kubecpu_cannot_read_as_the_kubelet_does_is_refused(tmp_path, topo_files, doc, message):
+    node = Node(tmp_path, topo_files)
+    (tmp_path / "pod.json").write_text(json.dumps(doc))
+    code, out, err = node.run("allocate", "--pod", str(tmp_path / "pod.json"), "--container", "app")
+    assert (code, out) == (2, "") and message in err, err
+    assert not os.path.exists(node.state)
+
+
+def test_a_yaml_pod_without_pyyaml_says_to_give_json(tmp_path, topo_files, monkeypatch):
+    """The core needs nothing but the standard library: YAML is read through PyYAML where this Python has it (Ansible
+    brings it; Debian's python3-yaml), and without it the message says what to give instead."""
+    monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml now raises ImportError
+    node = Node(tmp_path, topo_files)
+    (tmp_path / "pod.yaml").write_text(POD_YAML)
+    code, _out, err = node.run("allocate", "--pod", str(tmp_path / "pod.yaml"), "--container", "app")
+    assert code == 2 and "is not JSON, and this Python" in err and "kubectl get pod NAME -o json" in err
