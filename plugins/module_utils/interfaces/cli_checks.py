@@ -31,7 +31,8 @@ def _set(args: Any, name: str) -> bool:
 CONFLICTS = (
     ("check", "reset", "--reset moves the checkpoint aside and writes a fresh one, --check changes nothing"),
     ("check", "loop", "--loop runs the agent, whose every pass changes the node, --check changes nothing"),
-    ("check", "metrics_path", "--metrics-path writes a file, --check changes nothing"),
+    ("check", "metrics_path", "--metrics-path writes a file, --check changes nothing; --metrics-path= drops a --config "
+                              "file's"),
     ("read_only", "reset", "--reset moves the checkpoint aside and writes a fresh one, --read-only never writes it"),
     ("rebuild", "reset", "--rebuild and --reset each write a new checkpoint"),
 )

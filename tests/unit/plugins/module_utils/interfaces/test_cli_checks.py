@@ -58,3 +58,18 @@ def test_a_state_path_needs_its_directory(tmp_path, monkeypatch):
             cli_checks.check_state_directory(str(path))
     monkeypatch.setattr(cli_checks, "OWN_DIRECTORY", str(tmp_path / "missing"))  # kubecpu's own: made when missing
     cli_checks.check_state_directory(str(tmp_path / "missing" / "state"))
+
+
+def test_a_check_with_the_agents_configuration_file_drops_its_metrics_path_with_an_empty_flag(tmp_path):
+    """The agent's configuration file names a metrics file; ``reconcile --check --config agent.json`` is refused (a
+    check writes nothing) and says how to keep the file's other settings: ``--metrics-path=`` after it."""
+    from ansible_collections.kubecpu.cpu_manager.tests.unit.support.cli_run import run
+
+    config = tmp_path / "agent.json"
+    config.write_text('{"metrics_path": "%s", "period": "1s"}' % (tmp_path / "kubecpu.prom"))
+    argv = ["reconcile", "--check", "--config", str(config), "--state", str(tmp_path / "state"), "--crictl",
+            str(tmp_path / "no-crictl")]
+    code, _out, err = run(argv)
+    assert code == 2 and "--metrics-path= drops a --config file's" in err
+    code, _out, err = run(argv + ["--metrics-path="])
+    assert code == 1 and "crictl not found" in err and sorted(p.name for p in tmp_path.iterdir()) == ["agent.json"]
