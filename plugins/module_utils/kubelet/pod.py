@@ -174,4 +174,6 @@ def _container(item: Any, where: str, init: bool) -> Container:
     if policy is not None and policy not in _RESTART_POLICIES:
         raise PodSpecError('%s: "restart_policy" must be one of %s, got %r'
                            % (where, ", ".join(_RESTART_POLICIES), policy))
-    return Container(name=name, restart_policy=policy, init=init, **values)
+    return Container(name=name, cpu_request=values["cpu_request"], cpu_limit=values["cpu_limit"],
+                     memory_request=values["memory_request"], memory_limit=values["memory_limit"],
+                     restart_policy=policy, init=init)

@@ -48,3 +48,20 @@ def kubelet_pins(path: str, force: bool = False) -> str:
         return ""
     return ("the kubelet pins CPUs on this node itself (%s says policy static): kubecpu steps aside; use kubecpu only "
             "with cpuManagerPolicy none, or set force to override" % path)
+
+
+# The options that change who holds which CPU (docs/HOUSEKEEPING.md): a kubelet that pins would not know of them.
+PINNING_OPTIONS = ("exclusive_burstable", "system_partition")
+
+
+def options_refused(path: str, options: object) -> str:
+    """Why the options of ``options`` that change who holds which CPU are refused ("" when none is on, or the
+    kubelet does not pin): the kubelet's checkpoint at ``path`` says policy static. ``force`` does not override it:
+    the kubelet would still hand out the CPUs those options take."""
+    asked = [name for name in PINNING_OPTIONS if getattr(options, name, False)]
+    if not asked or recorded_policy(path) != STATIC:
+        return ""
+    return ("%s change%s who holds which CPU, and the kubelet pins CPUs on this node itself (%s says policy static): "
+            "it would not know of them, so they are refused; switch %s off here, or run the kubelet with "
+            "cpuManagerPolicy none" % (" and ".join(asked), "" if len(asked) > 1 else "s", path,
+                                       "them" if len(asked) > 1 else "it"))

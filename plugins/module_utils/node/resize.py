@@ -25,6 +25,7 @@ from ..atomic import atomic_write
 from ..errors import AllocationError, CPUSetError, StateError, StoreError
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.policy import Policy
+from ..kubelet.qos import BURSTABLE
 from ..kubelet.state import CPUState
 from ..runtime.model import RUNNING
 from .plan import Action, Plan
@@ -125,7 +126,7 @@ def resize_running(policy: Policy, plan: Plan, state: CPUState, views: Dict[str,
             if want == 0:
                 policy.remove_container(state, view.uid, listed.name)
                 plan.actions.append(Action("release", listed.id, listed.pod_ref, view.uid, listed.name, str(held),
-                                           "resized to a request without exclusive CPUs: back to the shared pool"))
+                                           _released_why(view)))
                 continue
             baseline = baselines.get(view.uid, {}).get(listed.name, held)
             try:
@@ -137,6 +138,14 @@ def resize_running(policy: Policy, plan: Plan, state: CPUState, views: Dict[str,
                 continue
             plan.actions.append(Action("resize", listed.id, listed.pod_ref, view.uid, listed.name, str(cpus),
                                        "resized from %d to %d CPUs (was %s)" % (len(held), want, held)))
+
+
+def _released_why(view: PodView) -> str:
+    """Why a running container's exclusive CPUs go back: its request, or (a Burstable pod's) its mark is gone."""
+    if view.model.qos_class() == BURSTABLE:
+        return ("a Burstable pod's container no longer marked by cpu-exclusive.kubecpu.io (exclusive_burstable off, "
+                "or its request no longer whole CPUs): back to the shared pool")
+    return "resized to a request without exclusive CPUs: back to the shared pool"
 
 
 def sync_baselines(baselines: Baselines, state: CPUState) -> Baselines:

@@ -51,7 +51,7 @@ class ListedContainer(NamedTuple):
 
 
 # The pod annotations kubecpu reads (docs/HOUSEKEEPING.md); a pod's others are not kept.
-EXCLUSIVE_ANNOTATION = "cpu-exclusive.kubecpu.io"  # a Burstable pod's containers with exclusive CPUs (node/exclusive.py)
+EXCLUSIVE_ANNOTATION = "cpu-exclusive.kubecpu.io"  # a Burstable pod's containers to pin (node/exclusive.py)
 PRIORITY_ANNOTATION = "priority-class.kubecpu.io"  # a pod's priority class, which no runtime shows (node/partition.py)
 POD_ANNOTATIONS = ("irq-load-balancing.kubecpu.io", "irq-load-balancing.crio.io", "cpu-burst.kubecpu.io",
                    EXCLUSIVE_ANNOTATION, PRIORITY_ANNOTATION)

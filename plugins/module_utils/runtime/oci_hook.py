@@ -58,6 +58,7 @@ CONTAINERD_KEYS = ("io.kubernetes.cri.container-type", "io.kubernetes.cri.sandbo
 # and CRI-O's container name label "POD" last.
 CRIO_KEYS = ("io.kubernetes.cri-o.ContainerType", "io.kubernetes.pod.uid", "io.kubernetes.pod.name",
              "io.kubernetes.pod.namespace", "io.kubernetes.container.name")
+CONTAINERD_SANDBOX_ID, CRIO_SANDBOX_ID = "io.kubernetes.cri.sandbox-id", "io.kubernetes.cri-o.SandboxID"
 CRIO_INFRA_NAME = "POD"  # CRI-O's sandbox (oci.InfraContainerName); no Kubernetes container has an upper-case name
 
 
@@ -83,12 +84,13 @@ class HookedContainer:
     """A Kubernetes container (or pod sandbox) being created, as its hook sees it: who it is and where its cgroup is,
     and (``info``, built when asked) the container model with its CPU request."""
 
-    __slots__ = ("_info", "_resources", "cgroup_path", "id", "kind", "name", "pod_name", "pod_namespace", "pod_uid",
-                 "qos")
+    __slots__ = ("_info", "_resources", "annotations", "cgroup_path", "id", "kind", "name", "pod_name",
+                 "pod_namespace", "pod_uid", "qos")
 
     def __init__(self, kind: str, cid: str, *, pod: List[str], name: str, cgroup_path: str,
-                 resources: List[int]) -> None:
-        """``pod``: UID, name, namespace; ``resources``: CPU shares, quota, period and the memory limit."""
+                 resources: List[int], annotations: Optional[Dict[str, str]] = None) -> None:
+        """``pod``: UID, name, namespace; ``resources``: CPU shares, quota, period and the memory limit;
+        ``annotations``: the spec's and the state's (the runtime's keys, and the pod's that it passed on)."""
         self.kind = kind  # CONTAINER or SANDBOX
         self.id = cid
         self.pod_uid, self.pod_name, self.pod_namespace = pod
@@ -97,6 +99,19 @@ class HookedContainer:
         self.qos = qos_from_cgroup(cgroup_path.rsplit("/", 1)[0]) if cgroup_path else ""
         self._resources = resources
         self._info: Optional[ContainerInfo] = None
+        self.annotations = annotations or {}
+
+    @property
+    def by_crio(self) -> bool:
+        """CRI-O created it: its spec has every annotation of its pod (containerd passes on only those its
+        configuration's ``pod_annotations`` list)."""
+        return CRIO_KEYS[0] in self.annotations
+
+    @property
+    def sandbox_id(self) -> str:
+        """Its pod sandbox's ID, as its runtime wrote it ("" when the spec does not say)."""
+        found = self.annotations.get(CRIO_SANDBOX_ID if self.by_crio else CONTAINERD_SANDBOX_ID)
+        return found if isinstance(found, str) else ""
 
     @property
     def ref(self) -> str:
@@ -181,7 +196,7 @@ def container(state: HookState, config: Dict[str, Any]) -> Optional[HookedContai
         raise HookInputError("linux.cgroupsPath of container %s: %s" % (state.id, exc)) from None
     numbers = [_number(cpu, "shares"), _number(cpu, "quota"), _number(cpu, "period"), _number(memory, "limit")]
     return HookedContainer(kind, state.id, pod=[uid, pod_name, namespace], name=name, cgroup_path=cgroup_path,
-                           resources=numbers)
+                           resources=numbers, annotations=annotations)
 
 
 def runtime_keys(annotations: Dict[str, str], cid: str) -> Optional[Tuple[str, ...]]:

@@ -48,11 +48,12 @@ from ..kubelet.cpuset import CPUSet
 from ..kubelet.state import CPUState
 from ..node.config import NodeConfig
 from ..node.hook_marks import HookMarks
-from ..node.kubelet_policy import kubelet_pins
+from ..node.kubelet_policy import kubelet_pins, options_refused
 from ..node.state_store import StateStore
 from ..runtime.cgroup_paths import kubepods_root
 from ..runtime.cgroups import CgroupFS
 from ..runtime.oci_hook import CONTAINER, HookedContainer, container, parse_state, read_config, read_stdin
+from .hook_pods import HookPods
 
 if TYPE_CHECKING:
     from ..kubelet.pod import Pod
@@ -87,6 +88,7 @@ class Hook:
         self.store = StateStore(config.state_path, config.policy, read_only=config.read_only or None,
                                 lock_timeout=lock_timeout, kubelet=config.kubelet, hard_timeout=True)
         self.marks = HookMarks.beside(self.store)
+        self.pods = HookPods(config, self.runtime)  # its pod as the options see it (marked containers, partition)
 
     def run(self, stdin: IO[bytes]) -> HookResult:
         return self.answer(read_stdin(stdin))
@@ -107,7 +109,8 @@ class Hook:
     def place(self, hooked: HookedContainer) -> HookResult:
         if not hooked.cgroup_path:
             raise HookInputError("its config.json has no linux.cgroupsPath")
-        aside = kubelet_pins(self.config.kubelet_state_path, self.config.force)
+        aside = kubelet_pins(self.config.kubelet_state_path, self.config.force) or options_refused(
+            self.config.kubelet_state_path, self.config.options)
         if aside:  # the kubelet places this container itself: nothing written, nothing refused
             return HookResult("passed", hooked.ref, "", note=aside)
         current = self.cgroups.cpus(hooked.cgroup_path, configured=True)  # what runc wrote from the spec
@@ -131,7 +134,7 @@ class Hook:
             written = current != target
             if written:
                 self.cgroups.set_cpus(hooked.cgroup_path, target)
-            moved = self._move_overlapping(hooked, target, state.default) if exclusive else []
+            moved = self._move_overlapping(hooked, target, self.pods.pool(state)) if exclusive else []
             self.marks.mark(([hooked.id] if written else []) + moved)
             return HookResult("set" if written else "checked", hooked.ref, str(target), len(moved),
                               self._write_view(state))
@@ -144,13 +147,10 @@ class Hook:
         held = state.get(hooked.pod_uid, hooked.name) if hooked.kind == CONTAINER else None
         if held is not None:
             return held, True
-        return (None if self._exclusive_count(hooked) else state.default), False
+        return (None if self._exclusive_count(hooked) else self.pods.shared(hooked, state)), False
 
-    @staticmethod
-    def _exclusive_count(hooked: HookedContainer) -> int:
-        from ..node.pod_views import lone_pod  # noqa: PLC0415  # the check path does not need the pod model
-
-        return lone_pod(hooked.info).guaranteed_cpus(hooked.name) if hooked.kind == CONTAINER else 0
+    def _exclusive_count(self, hooked: HookedContainer) -> int:
+        return self.pods.count(hooked) if hooked.kind == CONTAINER else 0
 
     def _configured_runtime(self) -> Runtime:
         from ..node.factory import build_runtime  # noqa: PLC0415  # only a pod's second container asks the runtime
@@ -188,14 +188,13 @@ class Hook:
             raise HookRefusal("container %s not created: its pod holds exclusive CPUs already and the runtime could "
                               "not show the pod, so its init containers' CPUs cannot be reused: %s"
                               % (hooked.ref, exc)) from None
-        return seen_with(pairs, hooked.info, time.time_ns())
+        return seen_with(pairs, self.pods.info(hooked), time.time_ns(), self.pods.marks(hooked, pairs))
 
     def _allocate(self, hooked: HookedContainer, pod: Optional[Pod]) -> HookResult:
         """Under the lock: the policy's allocation recorded, the cgroup written, the overlapping containers moved
         (``pod``: the pod to allocate in, None for the container alone)."""
         from ..node.factory import build_policy, load_topology  # noqa: PLC0415
         from ..node.manager import NodeManager  # noqa: PLC0415  # only an allocation needs the policy
-        from ..node.pod_views import lone_pod  # noqa: PLC0415
 
         config = self.config
         topology = load_topology(config)
@@ -207,20 +206,20 @@ class Hook:
 
         def place_first(after: CPUState) -> None:  # before the state is saved: a committed entry was placed
             held = after.get(hooked.pod_uid, hooked.name)
-            self.cgroups.set_cpus(hooked.cgroup_path, after.default if held is None else held)
+            self.cgroups.set_cpus(hooked.cgroup_path, self.pods.shared(hooked, after) if held is None else held)
             if held is not None:
-                moved.extend(self._move_overlapping(hooked, held, after.default))
+                moved.extend(self._move_overlapping(hooked, held, self.pods.pool(after)))
                 manager.creating.mark(hooked.pod_uid, hooked.name, hooked.cgroup_path)  # kept till the runtime lists it
             self.marks.mark([hooked.id] + moved)
 
         try:
-            plan = manager.allocate_pod(pod or lone_pod(hooked.info), hooked.name, before_commit=place_first)
+            plan = manager.allocate_pod(pod or self.pods.lone(hooked), hooked.name, before_commit=place_first)
         except AllocationError as exc:
             raise HookRefusal("container %s not created: no exclusive CPUs for it: %s" % (hooked.ref, exc)) from None
         held = plan.after.get(hooked.pod_uid, hooked.name)
         # (None: the policy gave it none after all, not Guaranteed as the model says: the shared pool)
-        return HookResult("allocated", hooked.ref, str(plan.after.default if held is None else held), len(moved),
-                          self._write_view(plan.after))
+        cpus = self.pods.shared(hooked, plan.after) if held is None else held
+        return HookResult("allocated", hooked.ref, str(cpus), len(moved), self._write_view(plan.after))
 
     def _write_view(self, state: CPUState) -> str:
         """The view of ``state`` for the quick path; "" when written, else why not. A view is a cache: a full disk

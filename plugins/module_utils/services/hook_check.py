@@ -25,19 +25,26 @@ from ..node.kubelet_policy import kubelet_pins
 from ..node.state_paths import KUBELET_PATH
 from ..runtime.cgroup_paths import kubepods_root
 from ..runtime.cgroups import CgroupFS
-from ..runtime.oci_hook import CONTAINER, SANDBOX, container, parse_state, read_config
+from ..runtime.oci_hook import CONTAINER, SANDBOX, HookedContainer, container, parse_state, read_config
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Dict, Optional, Set
 
 _SHARED = (BURSTABLE, BEST_EFFORT)
+EXCLUSIVE_ANNOTATION = "cpu-exclusive.kubecpu.io"  # runtime.model's (which this path does not load)
 
 
 def quick_check(state_bytes: bytes, state_path: str, cgroup_root: str, kubelet_state_path: str = KUBELET_PATH,
-                force: bool = False) -> Optional[Dict[str, object]]:
+                force: bool = False, *, exclusive_burstable: bool = False,
+                system_partition: bool = False) -> Optional[Dict[str, object]]:
     """The hook's answer when the container needs nothing (``passed`` or ``checked``, as ``HookResult.to_dict``);
-    None when only the full hook can tell. Bad input is a ``HookInputError``, as on the full path."""
+    None when only the full hook can tell. Bad input is a ``HookInputError``, as on the full path.
+
+    With ``exclusive_burstable``, a Burstable container is confirmed here only when its spec shows that its pod has no
+    ``cpu-exclusive.kubecpu.io`` (CRI-O copies every annotation of a pod into the spec; containerd only those its
+    configuration lists, so on containerd the full hook asks); with ``system_partition`` a shared
+    container's side of the pool depends on its pod, which the full hook reads."""
     state = parse_state(state_bytes)
     hooked = container(state, read_config(state.bundle))
     if hooked is None:
@@ -52,6 +59,9 @@ def quick_check(state_bytes: bytes, state_path: str, cgroup_root: str, kubelet_s
     target = entries.get(hooked.pod_uid, {}).get(hooked.name) if hooked.kind == CONTAINER else None
     exclusive = target is not None
     if target is None and (hooked.kind == SANDBOX or hooked.qos in _SHARED):
+        if system_partition or (exclusive_burstable and hooked.kind == CONTAINER and hooked.qos == BURSTABLE
+                                and not _unnamed(hooked)):
+            return None
         target = view["default"]  # type: ignore[assignment]
     cgroups = CgroupFS(cgroup_root)
     if not target or cgroups.cpus_text(hooked.cgroup_path) != target:
@@ -59,6 +69,12 @@ def quick_check(state_bytes: bytes, state_path: str, cgroup_root: str, kubelet_s
     if exclusive and not _alone_on(cgroups, hooked.cgroup_path, target):
         return None
     return {"action": "checked", "container": hooked.ref, "cpus": target, "moved": 0}
+
+
+def _unnamed(hooked: HookedContainer) -> bool:
+    """Its spec shows that its pod has no ``cpu-exclusive.kubecpu.io``: CRI-O made it (every annotation of the pod is
+    in the spec) and the annotation is absent. Present, the full hook reads it (and refuses one it cannot read)."""
+    return hooked.by_crio and EXCLUSIVE_ANNOTATION not in hooked.annotations
 
 
 def _alone_on(cgroups: CgroupFS, own: str, cpus: str) -> bool:

@@ -11,7 +11,8 @@ all run on one node and never double-book a CPU.
 * Synchronize (on every (re)connection): adopts what runs, replies with the updates that bring each container to
   its target (a pass over every container, cgroupfs read);
 * CreateContainer: the new container's cpuset (and with the options memory nodes and quota) in the adjustment, the
-  shared containers whose pool shrank in the same reply;
+  shared containers whose pool shrank in the same reply; a container of a Burstable pod that its
+  ``cpu-exclusive.kubecpu.io`` names and that may not have exclusive CPUs is refused (``node/exclusive.py``);
 * UpdateContainer (an in-place resize, new resources for the same container): decided again with them;
 * StopContainer: the container is stopped (an init container's CPUs stay for its pod's app containers); a removed
   container is released, and the containers whose pool grew are updated unsolicited.
@@ -34,8 +35,9 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Set, TextIO, Tuple
 
 from ..errors import (ConnectionBroken, ContainerNotFoundError, HousekeepingError, KubecpuError, KubeletPinsError,
-                      MessageError, StateError, StoreError)
+                      MessageError, PodSpecError, StateError, StoreError)
 from ..kubelet.cpuset import CPUSet
+from ..node.exclusive import refused_in
 from ..node.housekeeping import kept_off
 from ..node.manager import NodeManager
 from ..node.metrics import Metrics
@@ -297,6 +299,11 @@ class NRIPlugin:
         cid = request.container.id
         self.view.known[cid] = container_model(request.pod, request.container, now_ns(), state=RUNNING)
         updates = self._pass("create", request.pod.uid)
+        refused = refused_in(self.last_errors, cid)
+        if refused:  # a container cpu-exclusive.kubecpu.io names that may not have exclusive CPUs: not created
+            self.view.known.pop(cid, None)
+            self._unsent()
+            raise PodSpecError(refused.replace(": it stays in the shared pool", ": not created"))
         reply = self.pb.CreateContainerResponse()
         own = updates.pop(cid, None)
         if own:
