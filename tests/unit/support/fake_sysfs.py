@@ -86,3 +86,37 @@ def machine(sockets: int, cores_per_socket: int, threads: int, numa_per_socket: 
     from .generated import generated_cpus
     return [FakeCPU(cpu=i.cpu, core=i.core, socket=i.socket, numa=i.numa, l3=i.uncore)
             for i in generated_cpus(sockets, cores_per_socket, threads, numa_per_socket, l3_per_socket)]
+
+
+INTEL_PSTATE = "performance powersave"  # intel_pstate (active mode) offers these two
+ACPI_CPUFREQ = "conservative ondemand userspace powersave performance schedutil"  # acpi-cpufreq, every governor built
+
+
+def power(root: str, cpus: Iterable[int], *, latency: str = "0", governor: Optional[str] = "powersave",
+          governors: str = INTEL_PSTATE, policies: Optional[Dict[int, List[int]]] = None,
+          without_cpufreq: Iterable[int] = ()) -> str:
+    """The power files of ``cpus`` as Linux shows them (drivers/base/power/sysfs.c, drivers/cpufreq/cpufreq.c):
+    ``cpuN/power/pm_qos_resume_latency_us`` (``0``: no limit), and with a cpufreq driver (``governor`` not None)
+    ``cpufreq/policyK/`` with ``scaling_governor``, ``scaling_available_governors``, ``affected_cpus`` and
+    ``related_cpus``, each CPU's ``cpufreq`` a relative link to its policy. ``policies``: policy K -> its CPUs (default
+    one per CPU, as intel_pstate and acpi-cpufreq make them); ``without_cpufreq``: CPUs that have none."""
+    base = os.path.join(root, "sys", "devices", "system", "cpu")
+    cpus = list(cpus)
+    for cpu in cpus:
+        _write(os.path.join(base, "cpu%d" % cpu, "power", "pm_qos_resume_latency_us"), latency)
+        _write(os.path.join(base, "cpu%d" % cpu, "power", "control"), "auto")
+    if governor is None:
+        return root
+    skip = set(without_cpufreq)
+    for policy, members in (policies or {cpu: [cpu] for cpu in cpus if cpu not in skip}).items():
+        directory = os.path.join(base, "cpufreq", "policy%d" % policy)
+        _write(os.path.join(directory, "scaling_governor"), governor)
+        _write(os.path.join(directory, "scaling_available_governors"), governors)
+        _write(os.path.join(directory, "scaling_driver"), "intel_pstate" if governors == INTEL_PSTATE else "acpi-cpufreq")
+        _write(os.path.join(directory, "affected_cpus"), " ".join(str(cpu) for cpu in members))
+        _write(os.path.join(directory, "related_cpus"), " ".join(str(cpu) for cpu in members))
+        for cpu in members:
+            if cpu not in skip:
+                os.makedirs(os.path.join(base, "cpu%d" % cpu), exist_ok=True)
+                os.symlink(os.path.join("..", "cpufreq", "policy%d" % policy), os.path.join(base, "cpu%d" % cpu, "cpufreq"))
+    return root
