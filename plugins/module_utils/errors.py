@@ -240,6 +240,11 @@ class HousekeepingError(KubecpuError):
     changed: the message names the file or the daemon and the cause."""
 
 
+class CPUPowerError(HousekeepingError):
+    """The CPUs' power settings (sysfs's pm_qos_resume_latency_us and scaling_governor, their record file) cannot be
+    read or changed at all: the message names the file and the cause."""
+
+
 class SafetyError(KubecpuError):
     """kubecpu refuses to act because another manager pins CPUs on this node, or the setup would break it."""
 

@@ -42,6 +42,7 @@ class _ManagerOptions(NamedTuple):
     topology_manager_options: Optional[Mapping[str, str]] = None
     irq_isolation: str = "off"  # off | exclusive | annotated: device interrupts kept off the CPUs held exclusively
     cpu_burst: bool = False  # cpu.max.burst of Burstable containers from their pod's cpu-burst.kubecpu.io
+    cpu_power: bool = False  # C-state limit and cpufreq governor of a pod's exclusive CPUs, from its annotations
     besteffort_idle: bool = False  # cpu.idle = 1 for BestEffort pods' cgroups (cgroup v2; node/targets._idle)
     # the containers of a Burstable pod that its cpu-exclusive.kubecpu.io annotation names: exclusive CPUs
     exclusive_burstable: bool = False  # (node/exclusive.py)
@@ -60,7 +61,7 @@ class ManagerOptions(_ManagerOptions):
     @property
     def reads_annotations(self) -> bool:
         """Whether a pass needs the pods' annotations (the runtime then tells them: a call per new pod)."""
-        return (self.irq_isolation == "annotated" or self.cpu_burst or self.exclusive_burstable
+        return (self.irq_isolation == "annotated" or self.cpu_burst or self.exclusive_burstable or self.cpu_power
                 or (self.system_partition and bool(self.system_priority_classes)))
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ManagerOptions:
@@ -70,7 +71,8 @@ class ManagerOptions(_ManagerOptions):
         choice(self.topology_manager_policy, "topology_manager_policy", TM_POLICIES)
         choice(self.topology_manager_scope, "topology_manager_scope", TM_SCOPES)
         choice(self.irq_isolation, "irq_isolation", IRQ_MODES)
-        for name in ("align_memory", "besteffort_idle", "cpu_burst", "exclusive_burstable", "system_partition"):
+        for name in ("align_memory", "besteffort_idle", "cpu_burst", "exclusive_burstable", "system_partition",
+                     "cpu_power"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError("%s must be a boolean, got %r" % (name, getattr(self, name)))
         options = option_map(self.topology_manager_options, "topology_manager_policy_options")

@@ -21,9 +21,10 @@ from ..runtime.cgroups import CgroupFS
 from ..runtime.container_cache import ContainerCache
 from ..runtime.model import Runtime
 from .config import NodeConfig
-from .housekeeping import IrqIsolation, KubeletHousekeeping, machine_files, record_path
+from .housekeeping import IrqIsolation, KubeletHousekeeping, irq_isolation, machine_files, record_path
 from .kubelet_policy import kubelet_pins, recorded_policy
 from .manager import NodeManager
+from .power import cpu_power
 from .state_paths import KUBELET_PATH
 from .state_store import StateStore
 
@@ -102,15 +103,27 @@ def build_manager(config: NodeConfig, with_runtime: bool = False, topology: Opti
     return manager
 
 
-def kubelet_housekeeping(config: NodeConfig, topology: Optional[Topology] = None) -> KubeletHousekeeping:
-    """Interrupt isolation beside a kubelet that pins CPUs itself: its checkpoint (``kubelet_state_path``, read in
-    the format of ``kubelet_version``) read-only, kubecpu's state file (``state_path``) for the lock and the record."""
+def kubelet_housekeeping(config: NodeConfig, topology: Optional[Topology] = None,
+                         runtime: Optional[Runtime] = None) -> KubeletHousekeeping:
+    """Interrupt isolation and per-pod power beside a kubelet that pins CPUs itself: its checkpoint
+    (``kubelet_state_path``, read in the format of ``kubelet_version``) read-only, kubecpu's state file
+    (``state_path``) for the lock and the records. With ``cpu_power`` the runtime (``runtime``, else the config's)
+    tells the pods' annotations."""
     topo = topology or load_topology(config)
     checkpoint = StateStore(config.kubelet_state_path, recorded_policy(config.kubelet_state_path) or STATIC,
                             read_only=True, kubelet=config.kubelet)
     own = StateStore(config.state_path, STATIC)
-    if config.options.irq_isolation != "exclusive":
-        raise ConfigError("housekeeping beside the kubelet needs irq_isolation exclusive (got %s: beside the kubelet "
-                          "kubecpu reads no pod annotations)" % config.options.irq_isolation)
-    isolation = IrqIsolation(topo.all_cpus, record_path(own.path), *machine_files(config.sysfs_root))
-    return KubeletHousekeeping(topo, checkpoint, own, isolation)
+    mode = config.options.irq_isolation
+    if mode == "annotated" or (mode == "off" and not config.options.cpu_power):
+        raise ConfigError("housekeeping beside the kubelet needs irq_isolation exclusive or cpu_power (got "
+                          "irq_isolation %s: beside the kubelet interrupts follow every exclusive CPU)" % mode)
+    if mode == "exclusive":
+        isolation: Optional[IrqIsolation] = IrqIsolation(topo.all_cpus, record_path(own.path),
+                                                         *machine_files(config.sysfs_root))
+    else:  # off: what an earlier run moved is given back
+        isolation = irq_isolation(mode, topo.all_cpus, own.path, config.sysfs_root)
+    power = cpu_power(config.options.cpu_power, own.path, config.sysfs_root)
+    if config.options.cpu_power:
+        runtime = runtime or build_runtime(config)
+        runtime.want_annotations = True
+    return KubeletHousekeeping(topo, checkpoint, own, isolation, power=power, runtime=runtime, irq_mode=mode)

@@ -26,10 +26,12 @@ from ..errors import CPUSetError, HousekeepingError
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology
+from ..runtime.container_cache import ContainerCache
 from ..runtime.irq import IrqFS, read_bounded
 from ..runtime.irqbalance import IrqBalance, env_files
-from ..runtime.model import ContainerInfo
+from ..runtime.model import ContainerInfo, Runtime
 from .plan import Plan
+from .power import CpuPower, observe_pods, power_in_pass
 from .state_store import StateStore
 
 IRQ_ANNOTATIONS = ("irq-load-balancing.kubecpu.io", "irq-load-balancing.crio.io")  # value "disable"
@@ -379,28 +381,35 @@ class CheckpointPolicy(NamedTuple):
 
 class KubeletHousekeeping:
     """Beside a kubelet that pins CPUs itself: a pass reads its checkpoint (never writes it) and keeps interrupts off
-    the CPUs it assigned exclusively. The agent loop runs these passes as it runs a ``NodeManager``'s."""
+    the CPUs it assigned exclusively, and sets their power as their pods' annotations ask (node/power.py: the
+    ``runtime`` tells the annotations). The agent loop runs these passes as it runs a ``NodeManager``'s."""
 
-    runtime = None
-
-    def __init__(self, topology: Topology, checkpoint: StateStore, lock: StateStore, isolation: IrqIsolation) -> None:
+    def __init__(self, topology: Topology, checkpoint: StateStore, lock: StateStore, isolation: Optional[IrqIsolation],
+                 *, power: Optional[CpuPower] = None, runtime: Optional[Runtime] = None,
+                 irq_mode: str = "exclusive") -> None:
         """``checkpoint``: the kubelet's, read-only; ``lock``: kubecpu's own state file, whose lock the pass holds
-        (the interrupt record lies beside it)."""
+        (the interrupt and power records lie beside it)."""
         self.topology = topology
         self.store = checkpoint
         self.lock = lock
         self.isolation = isolation
+        self.power, self.runtime, self.irq_mode, self.cache = power, runtime, irq_mode, ContainerCache()
         self.policy = CheckpointPolicy(checkpoint.policy_name, CPUSet())
 
     def reconcile(self, apply: bool = True) -> Plan:
         started = time.monotonic()
+        unread = observe_pods(self.power, self.runtime, self.cache)  # before the lock, as a NodeManager's pass
         with self.lock.locked() if apply else contextlib.nullcontext():  # a check writes nothing, not even a lock
             state = self.store.load() or CPUState(self.store.policy_name, self.topology.all_cpus)
             plan = Plan(state)
-            isolate_in_pass(self.isolation, plan, kept_off("exclusive", state, None), apply)
+            isolate_in_pass(self.isolation, plan, kept_off(self.irq_mode, state, None), apply)
+            power_in_pass(self.power, plan, state, apply)
+        if unread:
+            plan.error(None, unread, "power")
         plan.applied = apply
         plan.seconds = time.monotonic() - started
         return plan
 
     def close(self) -> None:
-        """Nothing to close: no runtime."""
+        if self.runtime is not None:
+            self.runtime.close()

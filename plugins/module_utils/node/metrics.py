@@ -41,6 +41,10 @@ _HELP = {
                                      "refused to move (managed interrupts), at the last scan."),
     "kubecpu_irq_errors_total": ("counter", "Passes whose interrupt isolation failed (procfs, irqbalance or the "
                                  "record file)."),
+    "kubecpu_cpu_power_cpus": ("gauge", "Exclusive CPUs whose C-state limit or cpufreq governor is set as their pod's "
+                               "annotations ask, after the last pass."),
+    "kubecpu_cpu_power_errors_total": ("counter", "Power settings not made: a CPU without the file or the governor, "
+                                       "a write refused, the record file."),
 }
 
 
@@ -79,6 +83,9 @@ class Metrics:
             elif kind == "resize":
                 self.inc("kubecpu_resizes_total")
         self.observe_housekeeping(dict(plan_doc.get("housekeeping") or {}))  # type: ignore[call-overload]
+        power = dict(plan_doc.get("power") or {})  # type: ignore[call-overload]
+        if "cpus" in power:
+            self.set("kubecpu_cpu_power_cpus", len(CPUSet.parse(power["cpus"])))
         for error in list(plan_doc.get("errors") or []):  # type: ignore[call-overload]
             if error.get("kind") == "allocation":
                 self.inc("cpu_manager_pinning_requests_total")
@@ -87,6 +94,8 @@ class Metrics:
                 self.inc("kubecpu_resize_errors_total")
             elif error.get("kind") == "irq":
                 self.inc("kubecpu_irq_errors_total")
+            elif error.get("kind") == "power":
+                self.inc("kubecpu_cpu_power_errors_total")
             else:
                 self.inc("kubecpu_update_errors_total")
 

@@ -12,7 +12,7 @@ from ..runtime.model import ListedContainer
 
 
 class Action(NamedTuple):
-    action: str  # allocate | resize | update | release | quota | move
+    action: str  # allocate | resize | update | release | quota | move | idle | burst | power
     container_id: str
     pod: str
     pod_uid: str
@@ -51,10 +51,12 @@ class Plan:
         self.seconds = 0.0
         self.result: Dict[str, Any] = {}
         self.housekeeping: Dict[str, Any] = {}  # the interrupts kept off the exclusive CPUs (node/housekeeping.py)
+        self.power: Dict[str, Any] = {}  # the exclusive CPUs' C-state limit and governor (node/power.py)
 
     @property
     def changed(self) -> bool:
-        return self.before != self.after or bool(self.actions) or bool(self.housekeeping.get("updated"))
+        return (self.before != self.after or bool(self.actions) or bool(self.housekeeping.get("updated"))
+                or bool(self.power.get("updated")))
 
     def error(self, container: Optional[ListedContainer], message: str, kind: str = "error") -> None:
         entry = {"error": message, "kind": kind}
@@ -67,7 +69,7 @@ class Plan:
         counts = dict(self.counts)
         for action in ("allocate", "resize", "update", "release", "quota"):
             counts[action] = sum(1 for a in self.actions if a.action == action)
-        for action in ("idle", "burst"):  # the options' own: counted where there are some
+        for action in ("idle", "burst", "power"):  # the options' own: counted where there are some
             done = sum(1 for a in self.actions if a.action == action)
             if done:
                 counts[action] = done
@@ -77,6 +79,8 @@ class Plan:
                "applied": self.applied, "duration_seconds": round(self.seconds, 6)}
         if self.housekeeping:
             doc["housekeeping"] = self.housekeeping
+        if self.power:
+            doc["power"] = self.power
         if states:
             doc.update(state_before=self.before.to_dict(), state_after=self.after.to_dict())
         doc.update(self.result)

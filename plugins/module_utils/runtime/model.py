@@ -53,8 +53,11 @@ class ListedContainer(NamedTuple):
 # The pod annotations kubecpu reads (docs/HOUSEKEEPING.md); a pod's others are not kept.
 EXCLUSIVE_ANNOTATION = "cpu-exclusive.kubecpu.io"  # a Burstable pod's containers to pin (node/exclusive.py)
 PRIORITY_ANNOTATION = "priority-class.kubecpu.io"  # a pod's priority class, which no runtime shows (node/partition.py)
+# The C-state limit and the cpufreq governor of a pod's exclusive CPUs: kubecpu's names, then CRI-O's (node/power.py)
+C_STATES_ANNOTATIONS = ("cpu-c-states.kubecpu.io", "cpu-c-states.crio.io")
+GOVERNOR_ANNOTATIONS = ("cpu-freq-governor.kubecpu.io", "cpu-freq-governor.crio.io")
 POD_ANNOTATIONS = ("irq-load-balancing.kubecpu.io", "irq-load-balancing.crio.io", "cpu-burst.kubecpu.io",
-                   EXCLUSIVE_ANNOTATION, PRIORITY_ANNOTATION)
+                   EXCLUSIVE_ANNOTATION, PRIORITY_ANNOTATION) + C_STATES_ANNOTATIONS + GOVERNOR_ANNOTATIONS
 MAX_ANNOTATION_BYTES = 256  # a value longer than this is not one of kubecpu's: dropped
 # Except a list of container names (up to 16 of Kubernetes' longest, 63 characters): a longer value is kept cut at one
 # character past this, so that its reader refuses it by name instead of the pod's asking going unseen.

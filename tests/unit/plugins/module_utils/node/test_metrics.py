@@ -44,6 +44,17 @@ def test_a_pass_that_moved_interrupts():
         assert line in lines, line
 
 
+def test_a_pass_that_set_cpus_power():
+    metrics = Metrics()
+    metrics.observe_pass({"power": {"cpus": "2-3,6", "updated": [{"file": "cpu2/power/pm_qos_resume_latency_us"}]},
+                          "errors": [{"kind": "power", "error": "cpu6 has no cpufreq"},
+                                     {"kind": "annotation", "error": "pod lab/a: cpu-c-states.crio.io: 'x' ..."}]},
+                         0.1, True)
+    lines = samples(metrics.render())
+    for line in ("kubecpu_cpu_power_cpus 3", "kubecpu_cpu_power_errors_total 1", "kubecpu_update_errors_total 1"):
+        assert line in lines, line
+
+
 def test_the_state_gauges_per_numa_node():
     topo = Topology(generated_cpus(2, 2, 2))  # 8 CPUs, NUMA 0 = cores {0,4} {1,5}, NUMA 1 = {2,6} {3,7}
     state = CPUState("static", CPUSet.parse("0,4"))
@@ -55,7 +66,7 @@ def test_the_state_gauges_per_numa_node():
         'cpu_manager_allocation_per_numa{numa_node="0"} 2', 'cpu_manager_allocation_per_numa{numa_node="1"} 4',
         "cpu_manager_exclusive_cpu_allocation_count 6", "cpu_manager_pinning_errors_total 0",
         "cpu_manager_pinning_requests_total 0", "cpu_manager_shared_pool_size_millicores 1000",
-        "kubecpu_cpuset_updates_total 0", "kubecpu_drift_corrections_total 0",
+        "kubecpu_cpu_power_errors_total 0", "kubecpu_cpuset_updates_total 0", "kubecpu_drift_corrections_total 0",
         "kubecpu_irq_affinity_updates_total 0", "kubecpu_irq_errors_total 0", "kubecpu_peer_errors_total 0",
         "kubecpu_reconcile_passes_total 0",
         "kubecpu_released_total 0", "kubecpu_resize_errors_total 0", "kubecpu_resizes_total 0",
