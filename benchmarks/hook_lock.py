@@ -134,7 +134,7 @@ def main():
         p50, p99 = percentiles(waits)
         pass_p50 = percentiles(passes)[0] if passes else 0.0
         baseline_p99 = baseline_p99 or p99
-        print("%-10s %9.2f %9.2f %9.2f %8d %8d %10d %9.2f   p99 x%.3f of the baseline"
+        print("%-10s %9.2f %9.2f %9.2f %8d %8d %10d %9.2f   p99 x%.2g of the baseline"
               % (name, p50 * 1000, p99 * 1000, max(waits) * 1000, refused, len(waits), len(passes), pass_p50,
                  p99 / baseline_p99))
 
