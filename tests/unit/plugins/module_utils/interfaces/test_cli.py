@@ -776,7 +776,9 @@ READ_VALUES = {
     "time_budget": ["100ms"],
     "read_only": None, "reset": None, "rebuild": None, "kubelet_stopped": None, "check": None, "loop": None,
     "no_watch": None, "force": None, "align_memory": None, "besteffort_idle": None, "cpu_burst": None,
-    "keep_numa": None, "json": None,
+    "cpu_power": None,
+    "keep_numa": None, "json": None, "exclusive_burstable": None, "system_partition": None,
+    "system_namespaces": ["kube-system"], "system_priority_classes": ["system-node-critical", ""],
 }
 WRITE_FLAGS = {"reset", "rebuild"}  # state's: a write unless --check or --read-only holds it back
 
