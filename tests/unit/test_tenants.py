@@ -10,7 +10,9 @@ At every step:
 
 1. no pod holds more exclusive CPUs than the kubelet's accounting charges it: for a Guaranteed pod the effective
    request (the largest of each init container's request plus the sidecars started before it, and the sum of the app
-   containers' and sidecars'), for any other pod none; no CPU is held by two pods, none is both exclusive and shared;
+   containers' and sidecars'), for a Burstable pod the same over the containers its ``cpu-exclusive.kubecpu.io``
+   names with a whole request (``exclusive_burstable`` is on in every mode; node/exclusive.py), for any other pod
+   none; no CPU is held by two pods, none is both exclusive and shared;
 2. no container's creation waits on another pod's runtime calls: every runtime call, of every mode, is made while
    the state lock is free (the hook waits for the lock with a hard bound, so its wait is bounded by computation).
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import tempfile
 from fractions import Fraction
@@ -30,12 +33,14 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import HookRefusal
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import HookRefusal, PodSpecError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import ManagerOptions
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.exclusive import parse_names
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.factory import build_manager
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.model import (
-    EXITED, RUNNING, ContainerInfo, ListedContainer)
+    EXITED, RUNNING, ContainerInfo, ListedContainer, kubecpu_annotations)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.hook import Hook
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.nri_plugin import NRIView
 
@@ -73,11 +78,14 @@ class ProbedView(NRIView):
 
 
 # --- the pods a tenant may send ------------------------------------------------------------------------------------
-NAMES = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00/"), min_size=1, max_size=24)
+NAMES = st.one_of(st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True),  # a Kubernetes name
+                  st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00/"), min_size=1,
+                          max_size=24))
+EXCLUSIVE = "cpu-exclusive.kubecpu.io"
 MILLI = st.sampled_from([250, 500, 1000, 1000, 1000, 1500, 2000, 2000, 2000, 3000, 3000, 4000])
 ANNOTATIONS = st.dictionaries(
     st.sampled_from(["irq-load-balancing.kubecpu.io", "irq-load-balancing.crio.io", "cpu-burst.kubecpu.io",
-                     "cpu-quota.crio.io", "io.kubernetes.cri.sandbox-uid", "x"]),
+                     "cpu-quota.crio.io", "io.kubernetes.cri.sandbox-uid", "x", EXCLUSIVE]),
     st.text(max_size=300), max_size=4)
 
 
@@ -94,23 +102,41 @@ def pods(draw):
     for name, kind in sorted(zip(names, kinds), key=lambda pair: order[pair[1]]):
         milli = 0 if qos == "BestEffort" else draw(MILLI) or (1000 if qos == "Guaranteed" else 0)
         containers.append((name, kind, milli))
-    return {"qos": qos, "containers": containers, "annotations": draw(ANNOTATIONS)}
+    notes = draw(ANNOTATIONS)
+    if draw(st.booleans()):  # containers it names: its own (any of them), one it lacks, a name that is none
+        names_ok = [n for n in names if re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", n)] or names
+        named = draw(st.lists(st.sampled_from(names_ok), max_size=len(names), unique=True))
+        notes[EXCLUSIVE] = ",".join(named + draw(st.sampled_from([[], [], ["nosuch"], ["Bad_Name"]])))
+    return {"qos": qos, "containers": containers, "annotations": notes}
+
+
+def named(pod):
+    """The containers a Burstable pod's annotation names (none when it cannot be read)."""
+    try:
+        return parse_names(pod["annotations"][EXCLUSIVE])
+    except (KeyError, PodSpecError):
+        return frozenset()
 
 
 def charged(pod):
-    """The pod's effective CPU request as the scheduler charges it (sidecars counted as KEP-753 does); exclusive
-    CPUs can only be given to a Guaranteed pod."""
-    if pod["qos"] != "Guaranteed":
+    """The pod's effective CPU request as the scheduler charges it (sidecars counted as KEP-753 does), over the
+    containers that may hold exclusive CPUs: a Guaranteed pod's, and the containers with a whole request that a
+    Burstable pod's ``cpu-exclusive.kubecpu.io`` names."""
+    if pod["qos"] not in ("Guaranteed", "Burstable"):
         return Fraction(0)
+    pinned = named(pod) if pod["qos"] == "Burstable" else None
     sidecars, peak = Fraction(0), Fraction(0)
-    for _name, kind, milli in pod["containers"]:
+    for name, kind, milli in pod["containers"]:
         request = Fraction(milli, 1000)
+        if pinned is not None and (name not in pinned or milli % 1000):
+            request = Fraction(0)
         if kind == "init":
             peak = max(peak, request + sidecars)
         elif kind == "sidecar":
             sidecars += request
             peak = max(peak, sidecars)
-    apps = sum(Fraction(milli, 1000) for _name, kind, milli in pod["containers"] if kind == "app")
+    apps = sum(Fraction(milli, 1000) for name, kind, milli in pod["containers"]
+               if kind == "app" and (pinned is None or (name in pinned and not milli % 1000)))
     return max(peak, apps + sidecars)
 
 
@@ -127,18 +153,21 @@ class Cluster:
         self.node = Node(tmp, False)
         self.probe = LockProbe(self.node.state)
         self.runtime = ProbedRuntime(self.probe, str(self.node.cgroup))
-        config = self.node.config()
+        config = self.node.config(options=ManagerOptions(exclusive_burstable=True))
         self.view = ProbedView(self.probe) if mode == "nri" else None
         self.manager = build_manager(config, with_runtime=True, runtime=self.view or self.runtime)
         self.hook = Hook(config, lock_timeout=0.3, runtime=lambda: self.runtime)
         self.pods = {}  # uid -> {"spec", "next", "ids"}
         self.refused = 0
         self.started = 0
+        self.burstable_pinned = set()  # the Burstable pods that held exclusive CPUs at some step
         self.clock = 10_000
 
     def start(self, spec):
         self.started += 1
-        self.pods[POD % (0x10000 + self.started)] = {"spec": spec, "next": 0, "ids": []}
+        uid = POD % (0x10000 + self.started)
+        self.pods[uid] = {"spec": spec, "next": 0, "ids": []}
+        self.runtime.pod_notes["sb-" + uid] = spec["annotations"]  # its sandbox, before its first container
 
     def step(self, uid):
         """The pod's next container: created, placed, running; an init container then exits 0."""
@@ -201,7 +230,8 @@ class Cluster:
                   "BestEffort": "/kubepods/besteffort/pod%s"}[qos] % uid
         listed = ListedContainer(cid, "sb-" + uid, uid, "pod", "ns", name, 0, RUNNING, self.clock)
         info = ContainerInfo(cid, uid, "pod", "ns", name, 0, qos, parent + "/" + cid, milli_to_shares(milli),
-                             milli_to_quota(limit) or -1, 100000, 0)
+                             milli_to_quota(limit) or -1, 100000, 0,
+                             annotations=kubecpu_annotations(self.pods[uid]["spec"]["annotations"]))
         self.view.known[cid] = (listed, info)
         self.manager.reconcile(scope={uid})
         return cid
@@ -219,6 +249,8 @@ class Cluster:
             spec = self.pods[uid]["spec"] if uid in self.pods else None
             assert spec is not None, "pod %s is gone but holds %s" % (uid, cpus)
             assert len(cpus) <= charged(spec), "pod %s holds %s, charged %s: %s" % (uid, cpus, charged(spec), spec)
+            if spec["qos"] == "Burstable":
+                self.burstable_pinned.add(uid)
         pods = list(held.items())
         for index, (uid, cpus) in enumerate(pods):
             assert not cpus.intersection(state.default), (uid, cpus, state.default)
@@ -243,7 +275,9 @@ def run_steps(mode, specs, steps):
             elif action == "pass" and mode != "nri":
                 cluster.agent_pass()
             cluster.check()
-        totals = TOTALS.setdefault(mode, {"examples": 0, "steps": 0, "runtime_calls": 0, "refused": 0})
+        totals = TOTALS.setdefault(mode, {"examples": 0, "steps": 0, "runtime_calls": 0, "refused": 0,
+                                          "burstable_pinned": 0})
+        totals["burstable_pinned"] += len(cluster.burstable_pinned)
         totals["examples"] += 1
         totals["steps"] += len(steps)
         totals["runtime_calls"] += cluster.probe.calls
@@ -278,3 +312,23 @@ def test_the_reviews_pod_of_init_3_init_3_app_1_holds_3_cpus_in_every_mode(tmp_p
         cluster.step(second)
         cluster.check()
         assert cluster.refused == 0 and StateStore(cluster.node.state, read_only=True).load().get(second, "db")
+
+
+def test_a_burstable_pods_named_containers_hold_what_they_are_charged_in_every_mode(tmp_path):
+    """A Burstable pod whose ``cpu-exclusive.kubecpu.io`` names its init container (2 CPUs) and its app container (1
+    CPU), beside a helper without a whole request: charged 2 for its pinned containers, it holds 2 in each mode (the
+    app container reuses its init container's), and the helper holds none."""
+    spec = {"qos": "Burstable", "annotations": {EXCLUSIVE: "setup,app"},
+            "containers": [("setup", "init", 2000), ("app", "app", 1000), ("helper", "app", 500)]}
+    assert charged(spec) == 2
+    for mode in MODES:
+        cluster = Cluster(mode, tmp_path / mode)
+        cluster.start(spec)
+        (uid,) = cluster.pods
+        for _ in spec["containers"]:
+            cluster.step(uid)
+            cluster.check()
+        state = StateStore(cluster.node.state, read_only=True).load()
+        held = {name: cpus for pod, name, cpus in state.assignments() if pod == uid}
+        assert set(held) == {"setup", "app"} and len(CPUSet().union(*held.values())) == 2, (mode, held)
+        assert held["app"].issubset(held["setup"]) and cluster.refused == 0, mode

@@ -157,3 +157,19 @@ def marked_names(pairs: Sequence[Pair], marks: AbstractSet[Tuple[str, str]]) -> 
     """Of ``marks``, the names of the containers of the pod of ``pairs``' first (the OCI hook's pod)."""
     uid = pairs[0][0].pod_uid if pairs else ""
     return frozenset(name for pod, name in marks if pod == uid)
+
+
+def follows_limit(info: ContainerInfo, on: bool) -> bool:
+    """Whether an in-place resize of this container is seen in its CFS quota: a Burstable container whose limit is its
+    request, with ``exclusive_burstable`` on (without a limit, cgroupfs shows a resize only as a CPU weight, which
+    cannot tell a whole number of CPUs: the NRI plugin, which the runtime tells, sees it; the agent at a restart)."""
+    return on and info.qos == BURSTABLE and info.cpu_limit_milli > 0 and info.cpu_limit_milli == info.cpu_request_milli
+
+
+def with_quota(info: ContainerInfo, quota: int, period: int) -> ContainerInfo:
+    """The facts with the CFS quota cgroupfs shows now; a Burstable container's request follows its limit (an in-place
+    resize keeps them equal: ``follows_limit``)."""
+    changed = info._replace(cpu_quota=quota, cpu_period=period)
+    if info.qos == BURSTABLE:
+        changed = changed._replace(cpu_shares=max(2, changed.cpu_limit_milli * 1024 // 1000))
+    return changed

@@ -17,6 +17,7 @@ from ..kubelet.topology import Topology
 from ..runtime.cgroups import CgroupFS
 from ..runtime.model import CREATED, RUNNING, ContainerInfo, ListedContainer, Runtime
 from .config import ManagerOptions
+from .exclusive import follows_limit, with_quota
 from .hook_marks import HookMarks
 from .plan import Action, Plan
 from .pod_views import Pair
@@ -49,12 +50,13 @@ class CgroupTargets:
         """The facts with the CFS quota cgroupfs shows now, when a Guaranteed running container's differs from
         what was learned (an in-place resize: the kubelet updates the quota of the same container). A quota of
         none (-1, what ``cpu_quota: unlimited`` sets on pinned containers) says nothing of the request."""
-        if listed.state != RUNNING or info.qos != GUARANTEED:
+        if listed.state != RUNNING or (info.qos != GUARANTEED
+                                       and not follows_limit(info, self.options.exclusive_burstable)):
             return info
         have = self.cgroups.quota(info.cgroup_path)
         if have is None or have[0] <= 0 or have == (info.cpu_quota, info.cpu_period):
             return info
-        return info._replace(cpu_quota=have[0], cpu_period=have[1])
+        return with_quota(info, have[0], have[1])
 
     def forget_except(self, present: Set[str]) -> None:
         self.present = present

@@ -117,8 +117,8 @@ class FakeRuntime(RuntimeBase):
     def pod_annotations(self, sandbox_id: str) -> Dict[str, str]:
         self.count("inspect_pod")
         self._check()
-        if not any(item.sandbox_id == sandbox_id for item in self.listed.values()):
-            raise ContainerNotFoundError("pod sandbox %s not found" % sandbox_id)
+        if sandbox_id not in self.pod_notes and not any(item.sandbox_id == sandbox_id for item in self.listed.values()):
+            raise ContainerNotFoundError("pod sandbox %s not found" % sandbox_id)  # (a pod's sandbox comes first)
         return self.pod_notes.get(sandbox_id, {})
 
     def pod_cgroup_parent(self, sandbox_id: str) -> str:

@@ -51,11 +51,14 @@ class Node:
         return self.cgroup / path.lstrip("/") if self.v2 else self.cgroup / "cpuset" / path.lstrip("/")
 
     def container(self, qos="Guaranteed", millicpu=2000, cpus=ALL, annotations=True, root="kubepods",
-                  driver="cgroupfs", prefix="cri-containerd", uid=None, name="app"):
+                  driver="cgroupfs", prefix="cri-containerd", uid=None, name="app", pod_annotations=None,
+                  limit=True):
         """A container the runtime is creating: its cgroup (on ``cpus``), its bundle; the OCI state's bytes. Below the
         kubelet's top cgroup ``root`` (``kubelet/kubepods`` for ``cgroupRoot: /kubelet``; systemd driver:
         ``kubelet-kubepods`` for ``cgroupRoot: /kubelet.slice``), the runtime's scope ``prefix`` (``crio``). A new
-        pod, or the pod ``uid`` (a container ``name`` of it)."""
+        pod, or the pod ``uid`` (a container ``name`` of it). ``pod_annotations``: the pod's that reach the spec (CRI-O
+        copies them all, containerd those its ``pod_annotations`` lists); ``limit`` False: no CFS quota (no CPU
+        limit)."""
         self.made += 1
         uid, cid = uid or POD % self.made, "%064x" % self.made
         level = "" if qos == "Guaranteed" else qos.lower()
@@ -70,8 +73,10 @@ class Node:
         bundle.mkdir(parents=True)
         names = {"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.container-name": name,
                  "io.kubernetes.cri.sandbox-uid": uid, "io.kubernetes.cri.sandbox-name": "pod-%d" % int(uid[:8], 16),
-                 "io.kubernetes.cri.sandbox-namespace": "lab"} if annotations else {}
-        quota = millicpu * 100 if qos != "BestEffort" else 0
+                 "io.kubernetes.cri.sandbox-namespace": "lab", "io.kubernetes.cri.sandbox-id": "sb-" + uid,
+                 } if annotations else {}
+        names = dict(pod_annotations or {}, **names)  # the runtime's keys are written over the pod's
+        quota = millicpu * 100 if qos != "BestEffort" and limit else 0
         (bundle / "config.json").write_text(json.dumps({
             "ociVersion": "1.0.2-dev", "annotations": names,
             "linux": {"cgroupsPath": spec_path, "resources": {"cpu": {"shares": max(2, millicpu * 1024 // 1000),
