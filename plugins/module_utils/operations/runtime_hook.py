@@ -114,9 +114,10 @@ def _json_file(path: str) -> Dict[str, Any]:
 
 
 def _write(path: str, text: str, mode: int) -> None:
-    """``path`` replaced by ``text``; a file that is there keeps its owner, group and mode, a new one gets ``mode``."""
+    """``path`` replaced by ``text``; a file that is there keeps its owner, group and mode, a new one gets ``mode``.
+    A symlink stays one: the file it names is replaced (a config.toml linked from a managed tree)."""
     try:
-        atomic_write(path, text.encode("utf-8"), durable=True, mode=mode)
+        atomic_write(os.path.realpath(path), text.encode("utf-8"), durable=True, mode=mode)
     except OSError as exc:
         raise ConfigError("cannot write %s: %s" % (path, exc.strerror or exc)) from None
 

@@ -340,3 +340,27 @@ def test_a_record_kubecpu_did_not_write_is_reported_and_kept(tmp_path, record):
     with pytest.raises(ConfigError, match=r"is not (a record|one) kubecpu writes"):
         containerd.remove(check=False)
     assert fake.config.read_text() == installed_text and (tmp_path / "spec.json.previous").exists()
+
+
+@pytest.mark.parametrize("linked,case", [("config.toml", "default, the operator's base spec"),
+                                         ("conf.d/50-runc.toml", "a drop-in redefines the runc table without the key (63.6)")])
+def test_review_63_a_symlinked_config_stays_a_symlink_through_install_and_absent(tmp_path, linked, case):
+    """(Review of issue 63.) A config.toml or drop-in that is a symlink into a managed tree: install replaced the
+    link with a regular file (the operator's tree no longer in force, the link gone after absent too). The file the
+    link names gets the line, the link stays, and absent gives that file back byte for byte."""
+    before = write_case(str(tmp_path), case)
+    managed = tmp_path / "managed"
+    managed.mkdir()
+    path = tmp_path / linked
+    os.rename(path, managed / path.name)
+    os.symlink(os.path.relpath(managed / path.name, path.parent), path)
+    fake = FakeContainerd(tmp_path, None, version="v2.1.9")
+    containerd = Containerd(str(fake.config), "runc", str(tmp_path / "kubecpu" / "spec.json"), fake)
+    containerd.install(ENTRY, check=False)
+    assert os.path.islink(path) and containerd_reads(str(fake.config), fake.runtime) == containerd.spec
+    containerd.remove(check=False)
+    assert os.path.islink(path) and os.readlink(path) == os.path.relpath(managed / path.name, path.parent)
+    for name, text in before.items():
+        with open(name, "rb") as handle:
+            assert handle.read() == text.encode("utf-8")
+    assert containerd_reads(str(fake.config), fake.runtime) == str(tmp_path / "theirs.json")
