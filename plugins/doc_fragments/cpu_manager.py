@@ -154,6 +154,19 @@ options:
     type: bool
     default: false
     version_added: 0.5.0
+  cpu_power:
+    description:
+      - Beyond the kubelet. Set the C-state limit (C(pm_qos_resume_latency_us)) and the cpufreq governor
+        (C(scaling_governor)) of the exclusive CPUs of each pod annotated C(cpu-c-states.kubecpu.io) (V(enable),
+        V(disable), C(max_latency:<microseconds>)) or C(cpu-freq-governor.kubecpu.io) (a governor's name), or with
+        CRI-O's names for them (C(cpu-c-states.crio.io), C(cpu-freq-governor.crio.io)), writing what CRI-O's
+        high-performance hooks write for the same value.
+      - What each file had is recorded beside the state (C(<state>.power.json)) before the first write and given
+        back when the pod releases the CPU, when its annotation goes, when this is turned off and after a crash. A
+        CPU without cpufreq or the governor, and a refused annotation, are reported in C(errors).
+    type: bool
+    default: false
+    version_added: 0.8.0
   topology_manager_policy:
     description:
       - The Topology Manager policy applied before exclusive CPUs are chosen, as the kubelet applies it. V(none)

@@ -233,8 +233,8 @@ def cmd_reconcile(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: Tex
 def cmd_housekeeping(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     """Beside a kubelet that pins CPUs itself: its checkpoint read, interrupts kept off its exclusive CPUs."""
     config = node_config(args)
-    if config.options.irq_isolation == "off":
-        raise UsageError("housekeeping has nothing to do with --irq-isolation off")
+    if config.options.irq_isolation == "off" and not config.options.cpu_power:
+        raise UsageError("housekeeping has nothing to do with --irq-isolation off and without --cpu-power")
     housekeeping = kubelet_housekeeping(config, load_topology(args, stdin))
     if args.loop:
         watch, why = (None, "") if args.no_watch else open_watch(CgroupFS(config.cgroup_root))

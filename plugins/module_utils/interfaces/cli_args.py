@@ -152,8 +152,8 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     runtime_args(p, kubelet_state="the kubelet's checkpoint: interrupts are kept off the CPUs it assigns "
                   "exclusively")
     p.set_defaults(irq_isolation="exclusive")  # after --irq-isolation was added: its default changed
-    unlisted(p, "--policy", "--num-reserved", "--reserved-cpus", "--read-only", "--runtime", "--runtime-endpoint",
-              "--crictl", "--runtime-timeout", "--force", "--cache", "--isolated-cpus", "--align-memory", "--cpu-quota",
+    unlisted(p, "--policy", "--num-reserved", "--reserved-cpus", "--read-only",
+              "--force", "--cache", "--isolated-cpus", "--align-memory", "--cpu-quota",
               "--besteffort-idle", "--cpu-burst", "--topology-manager-policy", "--topology-manager-scope",
               "--topology-manager-option", "--option")  # the kubelet's checkpoint and the interrupts only
     shorten_usage(p, ("--check", "--loop", "--period", "--config"))

@@ -163,6 +163,8 @@ def manager_args(parser: Any) -> None:
     parser.add_argument("--system-priority-classes", metavar="NAME[,NAME]",
                         help="the system partition's priority classes, as priority-class.kubecpu.io says "
                              "(default system-node-critical; '' for none)")
+    parser.add_argument("--cpu-power", action="store_true",
+                        help="exclusive CPUs' C-states, governor by annotation")
 
 
 def topology_manager_args(parser: Any) -> None:

@@ -35,7 +35,8 @@ ABOUT: Dict[str, Tuple[str, Tuple[str, ...]]] = {
     "reconcile": ("one reconcile pass against the container runtime (or --loop: the agent)",
                   ("kubecpu reconcile --check", "kubecpu reconcile --loop --config /etc/kubecpu/agent.json")),
     "housekeeping": ("beside a kubelet that pins CPUs itself: keep device interrupts (and irqbalance) off the CPUs "
-                     "its checkpoint assigns exclusively (or --loop: as a service)",
+                     "its checkpoint assigns exclusively, and with --cpu-power set their C-states and governor as "
+                     "their pods ask (or --loop: as a service)",
                      ("kubecpu housekeeping --check", "kubecpu housekeeping --loop --period 30s")),
     "defrag": ("move pinned containers so that larger whole-core requests fit again",
                ("kubecpu defrag --check", "kubecpu defrag --max-moves 2 --keep-numa")),

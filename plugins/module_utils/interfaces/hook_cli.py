@@ -32,7 +32,7 @@ MAX_CONFIG_BYTES = 1024 * 1024  # the configuration file: a JSON object of optio
 # switches, and the rest, each of which takes one value.
 QUICK_SETTINGS = ("--state", "--cgroup-root", "--policy", "--kubelet-state", "--config")
 SWITCHES = ("--read-only", "--force", "--align-memory", "--besteffort-idle", "--cpu-burst", "--exclusive-burstable",
-            "--system-partition")
+            "--system-partition", "--cpu-power")
 LISTS = ("--option", "--feature-gate", "--topology-manager-option")
 OTHER_FLAGS = ("--num-reserved", "--reserved-cpus", "--option", "--kubelet-version", "--feature-gate", "--runtime",
                "--runtime-endpoint", "--crictl", "--runtime-timeout", "--cache", "--isolated-cpus",

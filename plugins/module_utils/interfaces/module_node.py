@@ -43,6 +43,7 @@ STATE_ARGS: Dict[str, Dict[str, Any]] = {
     "irq_isolation": {"type": "str", "choices": list(IRQ_MODES), "default": "off"},
     "besteffort_idle": {"type": "bool", "default": False},
     "cpu_burst": {"type": "bool", "default": False},
+    "cpu_power": {"type": "bool", "default": False},
     "topology_manager_policy": {"type": "str", "choices": list(TM_POLICIES), "default": "none"},
     "topology_manager_scope": {"type": "str", "choices": list(TM_SCOPES), "default": "container"},
     "topology_manager_policy_options": {"type": "dict", "default": {}},

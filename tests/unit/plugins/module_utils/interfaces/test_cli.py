@@ -499,6 +499,27 @@ def test_housekeeping_beside_a_kubelet_that_pins_follows_its_checkpoint(tmp_path
     assert code == 2 and "nothing to do" in err
 
 
+def test_housekeeping_with_cpu_power_gives_back_what_a_removed_agent_set(tmp_path):
+    """The agent role's removal: a pass beside no checkpoint (nothing held) with --cpu-power gives every power file
+    back and removes the record, even where no runtime answers (a pod still holding nothing needs no annotation)."""
+    from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_sysfs import power
+
+    root = power(build(str(tmp_path / "machine"), machine(2, 2, 2)), range(8))
+    latency = os.path.join(root, "sys", "devices", "system", "cpu", "cpu6", "power", "pm_qos_resume_latency_us")
+    with open(latency, "w", encoding="ascii") as handle:
+        handle.write("n/a\n")
+    (tmp_path / "own.power.json").write_text(json.dumps({"format": "kubecpu.power/v1", "files": {
+        "cpu6/power/pm_qos_resume_latency_us": {"original": "0\n", "wrote": "n/a", "writing": None, "pod": "pod-a",
+                                                "cpus": "6"}}}))
+    code, out, _err = run(["housekeeping", "--sysfs-root", root, "--kubelet-state", str(tmp_path / "nothing-held"),
+                           "--state", str(tmp_path / "own"), "--irq-isolation", "off", "--cpu-power",
+                           "--crictl", str(tmp_path / "no-crictl")])
+    doc = json.loads(out)
+    assert code == 0 and doc["power"]["updated"] == [{"file": "cpu6/power/pm_qos_resume_latency_us", "from": "n/a",
+                                                      "to": "0", "pod": "pod-a"}]
+    assert open(latency, encoding="ascii").read() == "0\n" and not os.path.exists(tmp_path / "own.power.json")
+
+
 def _tree(top):
     """Every directory and file below ``top`` with its bytes (a socket or link by its kind); not the crictl stand-in's
     log of its calls."""
@@ -656,7 +677,10 @@ def _invocations(tmp_path):
         "reconcile": [common + ["--check"], common + ["--loop", "--metrics-path", str(tmp_path / "m.prom")],
                       common + ["--loop", "--no-watch"]],
         "housekeeping": [keeper + ["--check"], keeper + ["--loop", "--metrics-path", str(tmp_path / "m2.prom")],
-                         keeper + ["--loop", "--no-watch"]],
+                         keeper + ["--loop", "--no-watch"],
+                         keeper + ["--check", "--irq-isolation", "off", "--cpu-power", "--crictl", _crictl["crictl"],
+                                   "--runtime", "crictl", "--runtime-endpoint", "unix:///run/none.sock",
+                                   "--runtime-timeout", "1"]],
         "defrag": [common + ["--check", "--max-moves", "1", "--keep-numa"]],
         "nri": [common + ["--socket", str(tmp_path / "nri.sock")]],
         "hook": [(hook, made["stdin"])],
