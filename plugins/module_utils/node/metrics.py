@@ -16,6 +16,10 @@ from ..atomic import atomic_write
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.state import CPUState
 from ..kubelet.topology import Topology
+from .pod_views import NAMED
+
+# A plan's errors of the options' own kinds, each its own counter (every other kind not named is an update's error)
+_OWN_KINDS = {"exclusive": "kubecpu_exclusive_refusals_total", "partition": "kubecpu_system_partition_warnings_total"}
 
 _HELP = {
     "cpu_manager_pinning_requests_total": ("counter", "Exclusive CPU allocations attempted."),
@@ -41,6 +45,15 @@ _HELP = {
                                      "refused to move (managed interrupts), at the last scan."),
     "kubecpu_irq_errors_total": ("counter", "Passes whose interrupt isolation failed (procfs, irqbalance or the "
                                  "record file)."),
+    "kubecpu_burstable_exclusive_allocations_total": ("counter", "Exclusive CPU allocations for containers a Burstable "
+                                                      "pod's cpu-exclusive.kubecpu.io names."),
+    "kubecpu_exclusive_refusals_total": ("counter", "Containers cpu-exclusive.kubecpu.io names that may not have "
+                                         "exclusive CPUs (refused at creation, or left shared), by pass."),
+    "kubecpu_system_partition_cpus": ("gauge", "The system partition's CPUs (the reserved ones)."),
+    "kubecpu_system_partition_containers": ("gauge", "Shared containers of the system pods, on the system partition."),
+    "kubecpu_system_partition_request_millicores": ("gauge", "What the system pods' running containers request."),
+    "kubecpu_system_partition_warnings_total": ("counter", "Passes that found the system pods requesting more than "
+                                                "the reserved CPUs, or no shared CPU beside them."),
     "kubecpu_cpu_power_cpus": ("gauge", "Exclusive CPUs whose C-state limit or cpufreq governor is set as their pod's "
                                "annotations ask, after the last pass."),
     "kubecpu_cpu_power_errors_total": ("counter", "Power settings not made: a CPU without the file or the governor, "
@@ -67,13 +80,19 @@ class Metrics:
             self.set("kubecpu_reconcile_last_success_timestamp_seconds", round(time.time(), 3))
         for call, count in dict(plan_doc.get("runtime_calls") or {}).items():  # type: ignore[call-overload]
             self.inc("kubecpu_runtime_calls_total", count, call=call)
-        followers = dict(plan_doc.get("counts") or {}).get("followers", 0)  # type: ignore[call-overload]
+        counts = dict(plan_doc.get("counts") or {})  # type: ignore[call-overload]
+        followers = counts.get("followers", 0)
+        for name in ("system_partition_cpus", "system_partition_containers", "system_partition_request_millicores"):
+            if name in counts:
+                self.set("kubecpu_" + name, counts[name])
         if followers:
             self.inc("kubecpu_cpuset_updates_total", followers)
         for action in list(plan_doc.get("actions") or []):  # type: ignore[call-overload]
             kind = action.get("action")
             if kind == "allocate":
                 self.inc("cpu_manager_pinning_requests_total")
+                if action.get("reason") == NAMED:
+                    self.inc("kubecpu_burstable_exclusive_allocations_total")
             elif kind == "update":
                 self.inc("kubecpu_cpuset_updates_total")
                 if "drifted" in str(action.get("reason", "")):
@@ -94,6 +113,8 @@ class Metrics:
                 self.inc("kubecpu_resize_errors_total")
             elif error.get("kind") == "irq":
                 self.inc("kubecpu_irq_errors_total")
+            elif error.get("kind") in _OWN_KINDS:
+                self.inc(_OWN_KINDS[str(error.get("kind"))])
             elif error.get("kind") == "power":
                 self.inc("kubecpu_cpu_power_errors_total")
             else:

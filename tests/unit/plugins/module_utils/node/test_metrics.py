@@ -66,11 +66,14 @@ def test_the_state_gauges_per_numa_node():
         'cpu_manager_allocation_per_numa{numa_node="0"} 2', 'cpu_manager_allocation_per_numa{numa_node="1"} 4',
         "cpu_manager_exclusive_cpu_allocation_count 6", "cpu_manager_pinning_errors_total 0",
         "cpu_manager_pinning_requests_total 0", "cpu_manager_shared_pool_size_millicores 1000",
+        "kubecpu_burstable_exclusive_allocations_total 0",
         "kubecpu_cpu_power_errors_total 0", "kubecpu_cpuset_updates_total 0", "kubecpu_drift_corrections_total 0",
+        "kubecpu_exclusive_refusals_total 0",
         "kubecpu_irq_affinity_updates_total 0", "kubecpu_irq_errors_total 0", "kubecpu_peer_errors_total 0",
         "kubecpu_reconcile_passes_total 0",
         "kubecpu_released_total 0", "kubecpu_resize_errors_total 0", "kubecpu_resizes_total 0",
-        "kubecpu_runtime_calls_total 0", "kubecpu_update_errors_total 0"]  # counters start at 0
+        "kubecpu_runtime_calls_total 0", "kubecpu_system_partition_warnings_total 0",
+        "kubecpu_update_errors_total 0"]  # counters start at 0
 
 
 def test_exposition_format_help_type_and_label_escaping():
@@ -96,3 +99,20 @@ def test_the_file_is_replaced_whole_and_readable_by_node_exporter(tmp_path):
     assert 'kubecpu_reconcile_passes_total{result="failure"} 1' in first
     assert 'kubecpu_reconcile_passes_total{result="success"} 1' in path.read_text()
     assert sorted(os.listdir(path.parent)) == ["kubecpu.prom"]
+
+
+def test_a_pass_with_burstable_pods_named_containers_and_the_system_partition():
+    metrics = Metrics()
+    named = "a Burstable pod's container named by cpu-exclusive.kubecpu.io"
+    metrics.observe_pass({"actions": [{"action": "allocate", "reason": named},
+                                      {"action": "allocate", "reason": "Guaranteed integral request"}],
+                          "errors": [{"kind": "exclusive", "error": "container db of pod lab/a is named ..."},
+                                     {"kind": "partition", "error": "the system partition's 3 containers ..."}],
+                          "counts": {"system_partition_cpus": 2, "system_partition_containers": 3,
+                                     "system_partition_request_millicores": 2500}}, 0.1, True)
+    lines = samples(metrics.render())
+    for line in ("cpu_manager_pinning_requests_total 2", "kubecpu_burstable_exclusive_allocations_total 1",
+                 "kubecpu_exclusive_refusals_total 1", "kubecpu_system_partition_warnings_total 1",
+                 "kubecpu_system_partition_cpus 2", "kubecpu_system_partition_containers 3",
+                 "kubecpu_system_partition_request_millicores 2500", "kubecpu_update_errors_total 0"):
+        assert line in lines, line
