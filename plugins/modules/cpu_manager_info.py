@@ -115,13 +115,18 @@ housekeeping:
       exclusive CPU).
     - C(daemons), the CPUs of C(system.slice), C(user.slice), C(init.scope) and C(kubepods.slice) (cgroup v2's
       C(cpuset.cpus.effective)).
+    - C(power), what the C(cpu_power) option has set (its record beside the state); C(cpus), the CPUs with a
+      setting, and C(settings), per file its C(cpus), C(pod), the value C(set), the value C(now) and the C(original)
+      it gets back (added in 0.8.0).
   returned: always
   type: dict
   version_added: 0.5.0
   sample: {"interrupts": 33, "interrupts_on_exclusive": [31, 32], "interrupts_kept_off": 31,
            "interrupts_refused": [31, 32], "default_affinity": "0-1,4-7",
            "irqbalance": {"pid": 840, "banned": "2-3", "agrees": true},
-           "daemons": {"system.slice": "0-1", "user.slice": "0-1", "init.scope": "0-1", "kubepods.slice": "0-7"}}
+           "daemons": {"system.slice": "0-1", "user.slice": "0-1", "init.scope": "0-1", "kubepods.slice": "0-7"},
+           "power": {"cpus": "2-3", "settings": [{"file": "cpu2/power/pm_qos_resume_latency_us", "cpus": "2",
+                                                  "pod": "6d1f0c2e", "set": "n/a", "now": "n/a", "original": "0"}]}}
 assignments:
   description: Each exclusive assignment with C(pod_uid), C(container), C(cpus), C(numa_nodes), and from the
     runtime C(pod), C(container_id), C(running), C(cgroup_cpus), C(drift).

@@ -396,6 +396,24 @@ def power_in_pass(power: Optional[CpuPower], plan: Plan, state: CPUState, apply:
         plan.error(None, message, kind)
 
 
+def power_info(state_path: Optional[str], root: Optional[str] = None) -> Dict[str, Any]:
+    """What kubecpu has set (its record) and what each such file reads now, for ``cpu_manager_info`` and the fleet
+    report: the CPUs with a setting, and per file its CPUs, pod, value set, value now and original."""
+    record = PowerRecord(None if state_path is None else record_path(state_path))
+    try:
+        files = record.load()
+    except CPUPowerError as exc:
+        return {"cpus": "", "settings": [], "error": str(exc)}
+    fs = CpuPowerFS(os.path.join(root or "/", "sys", "devices", "system", "cpu"))
+    settings = []
+    for name, entry in sorted(files.items()):
+        now = fs.read(name)
+        settings.append({"file": name, "cpus": entry["cpus"], "pod": entry["pod"], "set": entry["wrote"],
+                         "now": None if now is None else now.strip(), "original": entry["original"].strip()})
+    held = [parse_cpus(entry["cpus"]) for entry in files.values() if entry["wrote"] is not None]
+    return {"cpus": str(CPUSet().union(*held)), "settings": settings}
+
+
 def record_path(state_path: str) -> str:
     return state_path + RECORD_SUFFIX
 

@@ -13,6 +13,7 @@ from ..kubelet.topology import Topology
 from ..node.manager import NodeManager
 from ..node.housekeeping import IrqRecord, machine_files, record_path
 from ..node.plan import Plan
+from ..node.power import power_info
 from ..node.pod_views import build_views
 from ..runtime.irq import IrqFS
 from ..runtime.irqbalance import IrqBalance
@@ -63,6 +64,8 @@ def node_info(manager: NodeManager, state: CPUState, use_runtime: bool = True) -
     info["housekeeping"] = housekeeping_info(CPUSet.parse(info["exclusive_cpus"]), manager.cgroups.root,
                                              None if manager.store.read_only else record_path(manager.store.path),
                                              *machine_files(manager.sysfs_root))
+    info["housekeeping"]["power"] = power_info(None if manager.store.read_only else manager.store.path,
+                                               manager.sysfs_root)
     return info
 
 

@@ -572,3 +572,22 @@ def test_beside_a_kubelet_housekeeping_needs_interrupts_or_power(tmp_path):
         beside_the_kubelet(tmp_path, {}, irq_isolation="off", cpu_power=False)
     with pytest.raises(ConfigError, match="got irq_isolation annotated"):
         beside_the_kubelet(tmp_path, {}, irq_isolation="annotated")
+
+
+# --- what the report shows ------------------------------------------------------------------------------------------
+def test_the_report_shows_each_setting_its_value_now_and_what_it_gets_back(tmp_path):
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.power import power_info
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.info import node_info
+
+    manager, runtime, cpu_dir = node(tmp_path, ManagerOptions(cpu_power=True))
+    runtime.add("quiet", "app", "Guaranteed", 2000, annotations={"cpu-c-states.kubecpu.io": "max_latency:15"})
+    manager.reconcile()
+    held = manager.store.load().get("quiet", "app")
+    shown = node_info(manager, manager.read_state())["housekeeping"]["power"]
+    assert shown["cpus"] == str(held)
+    assert shown["settings"] == [{"file": LATENCY % cpu, "cpus": str(cpu), "pod": "quiet", "set": "15", "now": "15",
+                                  "original": "0"} for cpu in held]
+    assert power_info(None) == {"cpus": "", "settings": []}  # a read-only state: no record
+    (tmp_path / "state.power.json").write_text("{")
+    assert "unreadable" in power_info(str(tmp_path / "state"))["error"]
+    assert read(cpu_dir, LATENCY % 0) == "0\n"
