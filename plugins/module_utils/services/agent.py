@@ -130,7 +130,7 @@ class Agent:
                     wait = backoff
                     self._say("warning", "retrying in %.1fs" % wait)
                 if wait > 0 and self.stopping is None:
-                    self._pause(wake_read, wait)
+                    self._pause(wake_read, wait, watch=ok)  # a back-off is waited out whole: what the log says
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -143,9 +143,11 @@ class Agent:
         self._say("info", "agent stopped", passes=self.passes, failed_passes=self.failures)
         return 0
 
-    def _pause(self, wake_read: int, seconds: float) -> None:
-        """Wait ``seconds``, less when a signal comes or a container cgroup comes or goes."""
-        fds = [wake_read] + [waker.fileno() for waker in self.wakers]
+    def _pause(self, wake_read: int, seconds: float, watch: bool = True) -> None:
+        """Wait ``seconds``, less when a signal comes or (``watch``) a container cgroup comes or goes. A back-off after
+        a failed pass does not watch: the runtime is what failed, a new container does not make it answer, and the
+        retry comes when the log line said it would."""
+        fds = [wake_read] + ([waker.fileno() for waker in self.wakers] if watch else [])
         ready = self.wait(fds, seconds) or []
         if wake_read in ready:
             with contextlib.suppress(BlockingIOError):

@@ -93,6 +93,28 @@ def test_back_off_doubles_up_to_the_maximum_while_the_runtime_is_down_then_reset
         "retrying in 10.0s", "retrying in 20.0s", "retrying in 30.0s"]
 
 
+def test_a_back_off_is_waited_out_whole_as_the_log_says_even_when_cgroups_come_and_go():
+    """Issue 64: with the cgroup watch, a new container's cgroup woke the back-off, so the retries came at 0, 0, 0, 1,
+    2, 4 s while the log said 10, 20, 30 s. A back-off watches only for signals: each retry comes when its line said."""
+    node, clock = Node(down=3), Clock()
+    watch = Watch()
+    watched = []
+
+    def wait(fds, seconds):
+        watched.append(watch.fileno() in fds)
+        clock.waits.append(seconds)
+        clock.now += seconds
+        watch.pending = True  # a container cgroup comes during every wait
+        return [watch.fileno()] if watch.fileno() in fds else []
+
+    log = io.StringIO()
+    loop = Agent(node, 10.0, log, None, clock=clock, wait=wait, wakers=[watch], max_passes=4, max_backoff=30.0)
+    loop.run()
+    assert clock.waits == [10.0, 20.0, 30.0] and watched == [False, False, False]
+    assert [e["msg"] for e in events(log) if e["level"] == "warning"] == [
+        "retrying in 10.0s", "retrying in 20.0s", "retrying in 30.0s"]
+
+
 def test_sigterm_stops_after_the_pass_in_progress_and_restores_the_handlers():
     node, clock = Node(), Clock()
 
