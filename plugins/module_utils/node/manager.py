@@ -23,14 +23,13 @@ from ..runtime.cgroups import CgroupFS
 from ..runtime.container_cache import ContainerCache
 from ..runtime.model import CREATED, RUNNING, Runtime
 from .admission import Admission
-from .exclusive import marked
 from .config import ManagerOptions
 from .hook_marks import CreatingMarks, HookMarks
 from .housekeeping import irq_isolation, irq_pods, isolate_in_pass, kept_off
 from .power import cpu_power, power_in_pass, saw_pods
 from .plan import Action, Plan
 from .push import push_unlocked
-from .pod_views import (Pair, PodView, allocate_running, allocation_target, build_views, find_container,
+from .pod_views import (Pair, PodView, allocate_running, allocation_target, find_container, marked_views,
                         release_stale)
 from .resize import BaselineFile, baselines_path, resize_running, sync_baselines
 from .state_store import StateStore
@@ -56,7 +55,8 @@ class NodeManager:
         self.options = options
         self.topology_admission = Admission(topology, options.topology_manager_policy,
                                             options.topology_manager_scope, options.topology_manager_options)
-        self.cgroup_targets = CgroupTargets(topology, cgroups or CgroupFS(), options, HookMarks.beside(store))
+        self.cgroup_targets = CgroupTargets(topology, cgroups or CgroupFS(), options, HookMarks.beside(store),
+                                            reserved=policy.reserved)
         self.creating = CreatingMarks.beside(store)
         self.sysfs_root = sysfs_root  # the machine's files below it: /proc/irq for the interrupts
         self.irq = irq_isolation(options.irq_isolation, topology.all_cpus, None if store.read_only else store.path,
@@ -212,8 +212,7 @@ class NodeManager:
         """A pass. ``scope``, when the caller knows what changed since its last pass (the NRI plugin): the pods decided
         again; the others keep their CPUs and are updated only when the shared pool changes. None: every pod."""
         with self.session(apply, scope=scope) as (state, plan, pairs):
-            scoped = pairs if scope is None else [pair for pair in pairs if pair[0].pod_uid in scope]
-            views = build_views(scoped, exclusive=marked(plan, scoped, self.options.exclusive_burstable))
+            views = marked_views(plan, pairs, scope, self.options.exclusive_burstable)
             creating = self.creating.creating(lambda uid, name: uid in views and name in views[uid].latest,
                                               lambda path: self.cgroups.cpus(path) is not None)
             release_stale(self.policy, plan, state, views, scope, creating=creating)

@@ -14,6 +14,7 @@ from ..kubelet.policy import Allocation, Policy
 from ..kubelet.qos import GUARANTEED
 from ..kubelet.state import CPUState
 from ..runtime.model import CREATED, EXITED, RUNNING, ContainerInfo, ListedContainer
+from .exclusive import marked
 from .plan import Action, Plan
 
 Pair = Tuple[ListedContainer, ContainerInfo]
@@ -74,6 +75,14 @@ def build_views(pairs: Sequence[Pair], override: Optional[Tuple[str, str, int]] 
         views[uid] = PodView(uid, latest, Pod(uid=uid, name=first.pod_name, namespace=first.pod_namespace,
                                               init_containers=tuple(inits), containers=tuple(apps), qos=qos))
     return views
+
+
+def marked_views(plan: Plan, pairs: Sequence[Pair], scope: Optional[AbstractSet[str]], on: bool) -> Dict[str, PodView]:
+    """The pods of ``scope`` (None: every pod) as ``build_views`` makes them, with the Burstable pods' containers that
+    their ``cpu-exclusive.kubecpu.io`` names marked when ``on`` (``node/exclusive.py``; its errors go to ``plan``):
+    the node manager's own pass."""
+    scoped = pairs if scope is None else [pair for pair in pairs if pair[0].pod_uid in scope]
+    return build_views(scoped, exclusive=marked(plan, scoped, on))
 
 
 def lone_pod(info: ContainerInfo, exclusive: bool = False) -> Pod:

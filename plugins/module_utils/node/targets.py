@@ -18,6 +18,7 @@ from ..runtime.cgroups import CgroupFS
 from ..runtime.model import CREATED, RUNNING, ContainerInfo, ListedContainer, Runtime
 from .config import ManagerOptions
 from .exclusive import follows_limit, with_quota
+from .partition import SYSTEM_REASON, Partition, is_system, partition_of, shared_pool, shared_target
 from .hook_marks import HookMarks
 from .plan import Action, Plan
 from .pod_views import Pair
@@ -34,7 +35,8 @@ class CgroupTargets:
     """Targets for the running containers, and the runtime updates that reach them."""
 
     def __init__(self, topology: Topology, cgroups: CgroupFS, options: ManagerOptions,
-                 marks: Optional[HookMarks] = None) -> None:
+                 marks: Optional[HookMarks] = None, reserved: Optional[CPUSet] = None) -> None:
+        """``reserved``: the policy's reserved CPUs, the system partition's (``options.system_partition``)."""
         self.topology = topology
         self.cgroups = cgroups
         self.options = options
@@ -45,6 +47,7 @@ class CgroupTargets:
         self.idle_known: Dict[str, Optional[str]] = {}  # cgroup -> its cpu.idle as a pass verified it (None: none)
         self.at_pool: List[Pair] = []  # the shared containers the last plan left as they are (on the pool)
         self.stale: Optional[Callable[[], bool]] = None  # apply()'s: the plan's state is no longer the file's
+        self.partition: Optional[Partition] = partition_of(options, reserved or CPUSet())  # node/partition.py
 
     def current_request(self, listed: ListedContainer, info: ContainerInfo) -> ContainerInfo:
         """The facts with the CFS quota cgroupfs shows now, when a Guaranteed running container's differs from
@@ -79,15 +82,16 @@ class CgroupTargets:
                 continue
             assigned = state.get(listed.pod_uid, listed.name)
             exclusive = assigned is not None
-            target = state.default if assigned is None else assigned
+            system = not exclusive and is_system(self.partition, info)  # on the reserved CPUs: not in the pool
+            target = shared_target(self.partition, info, state) if assigned is None else assigned
             forced = listed.id in hooked  # its cgroup is right, the runtime's record of it is not
             settled = scope is not None and listed.pod_uid not in scope and listed.id in pushed and not forced
             if settled:
                 if pushed[listed.id] == target:
-                    if not exclusive:
+                    if not exclusive and not system:
                         at_pool.append((listed, info))
                     continue
-                if not exclusive:  # a shared container whose pool moved (its memory nodes and quota do not)
+                if not exclusive and not system:  # a shared container whose pool moved (not its mems or quota)
                     plan.followers.append(listed.id)
                     continue
             pods_exclusive[listed.pod_uid] = pods_exclusive.get(listed.pod_uid, False) or exclusive
@@ -109,7 +113,7 @@ class CgroupTargets:
                 if have is not None and have[0] != want_quota:
                     quota, period = want_quota, (info.cpu_period or have[1]) if want_quota > 0 else None
             if cpus is None and mems is None and quota is None:
-                if not exclusive:
+                if not exclusive and not system:
                     at_pool.append((listed, info))
                 continue
             shown = target if cpus is None else cpus
@@ -117,6 +121,8 @@ class CgroupTargets:
                 why = "memory nodes or quota differ"
             elif forced and known == target:
                 why = "the runtime's record of what the OCI hook set"
+            elif system:
+                why = "%s %s" % (SYSTEM_REASON, target)
             elif not exclusive:
                 why = "shared pool is now %s (was %s)" % (target, "unknown" if known is None else known)
             elif self.pushed.get(listed.id) == target:  # it had them: something else changed its cpuset
@@ -130,6 +136,8 @@ class CgroupTargets:
                                        info.cgroup_path))
         if plan.followers:
             plan.counts["followers"] = len(plan.followers)
+        if self.partition is not None:
+            self.partition.report(plan, pairs, state)
         _idle(plan, pairs, self.cgroups, self.options.besteffort_idle, self.idle_known)
         if self.options.cpu_burst:
             _burst(plan, pairs, self.cgroups)
@@ -150,7 +158,7 @@ class CgroupTargets:
                 continue
             have = self.cgroups.cpus(info.cgroup_path)
             if have is not None and have.intersection(exclusive):
-                self.cgroups.move_cpus(info.cgroup_path, state.default)
+                self.cgroups.move_cpus(info.cgroup_path, shared_target(self.partition, info, state))
                 self.pushed.pop(listed.id, None)
                 moved.append(listed.id)
         self.marks.mark(moved)
@@ -202,7 +210,7 @@ class CgroupTargets:
             plan.recommit = True
             plan.errors.append({"error": "a move failed: the moves after it were not made; the state says where "
                                          "each container is", "kind": "move"})
-            grow = [a._replace(cpus=str(plan.after.default)) for a in grow]
+            grow = [a._replace(cpus=str(shared_pool(self.partition, plan.after))) for a in grow]
         for action in grow:
             self._push(plan, runtime, action, failed)
         plan.actions = [a for a in plan.actions if a not in failed]
@@ -217,7 +225,7 @@ class CgroupTargets:
         first, and back on the pool once the moves are done (the second list)."""
         detours = CPUSet().union(*(CPUSet.parse(a.cpus) for a in updates
                                    if a.action == "update" and a.reason == DETOUR))
-        pool = plan.after.default if plan.after is not None else CPUSet()
+        pool = shared_pool(self.partition, plan.after) if plan.after is not None else CPUSet()
         shrunk = pool.difference(detours)
         if not detours or not shrunk:
             return [], []
@@ -269,7 +277,7 @@ class CgroupTargets:
         """The followers to the new shared pool, at once where the runtime takes many (``_push_many``)."""
         if not plan.followers:
             return
-        pool = plan.after.default
+        pool = shared_pool(self.partition, plan.after)
         batch = [Action("update", cid, "", "", "", str(pool), "shared pool follows") for cid in plan.followers]
         done = [a.container_id for a in batch if a not in self._push_many(plan, runtime, batch, pool)]
         plan.followers = done

@@ -69,8 +69,9 @@ def shrink_first(plan: Plan, updates: List[Action],
         if not shared:
             rest.append(action)
             continue
-        if shrunk and CPUSet.parse(action.cpus) != shrunk:
-            shrinks.append(action._replace(cpus=str(shrunk), reason=SHRINKING))
+        mine = shrunk.intersection(CPUSet.parse(action.cpus)) or shrunk  # (the system partition: its side only)
+        if mine and CPUSet.parse(action.cpus) != mine:
+            shrinks.append(action._replace(cpus=str(mine), reason=SHRINKING))
         grow.append(action)
     at = next((i for i, a in enumerate(rest) if (a.pod_uid, a.container) in moving), len(rest))
     return rest[:at] + shrinks + rest[at:], grow
