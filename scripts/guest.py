@@ -478,7 +478,7 @@ GROUPS: Dict[str, Dict[str, List[str]]] = {
                        "tests/guest/test_operations.py", "tests/guest/test_kubelet.py",
                        "tests/guest/test_kubelet_refusals.py"],
              "host": ["tests/guest_host/test_kubelet_role.py"]},
-    "roles": {"guest": ["tests/guest/test_housekeeping.py", "tests/guest/test_drivers.py",
+    "roles": {"guest": ["tests/guest/test_housekeeping.py", "tests/guest/test_power.py", "tests/guest/test_drivers.py",
                         "tests/guest/test_defrag.py", "tests/guest/test_crio.py",
                         "tests/guest/test_kubelet_hook.py", "tests/guest/test_kubelet_options.py"],
               "host": ["tests/guest_host/test_agent_role.py"]},
