@@ -8,8 +8,9 @@ the ``pm_qos_resume_latency_us`` that CRI-O's high-performance hooks write for t
 ``disable`` n/a, ``max_latency:N`` N); ``cpu-freq-governor.kubecpu.io`` (or ``cpu-freq-governor.crio.io``) sets their
 cpufreq governor. What each file had before kubecpu's first write is recorded in ``<state>.power.json`` before that
 write, and written back when the pod releases the CPU, when its annotation goes, when the option is off, and by the
-next pass after a crash. A file someone else changed since kubecpu wrote it is theirs: its record is dropped, the
-file left as it is.
+next pass after a crash. A file someone else changed since kubecpu wrote it is theirs: its record is dropped and the
+file left as it is (while its pod still asks, what it reads now becomes the original and the pod's value is written
+again).
 
 A pass that saw no runtime (the OCI hook, ``bin/kubecpu allocate`` and ``release``) knows no annotations: it gives
 back only what a pod no longer holds, and sets nothing.

@@ -306,6 +306,19 @@ def test_a_file_someone_else_changed_since_is_theirs_and_left_as_it_is(tmp_path)
     assert not os.path.exists(tmp_path / "state.power.json")
 
 
+def test_a_file_changed_while_its_pod_still_asks_is_written_again_and_gives_back_the_new_value(tmp_path):
+    """CRI-O's hook giving back its own record when a container restarts, the pod still holding the CPU."""
+    cpu_dir = machine(tmp_path)
+    asks = [pod("a", {"cpu-c-states.kubecpu.io": "disable"})]
+    step_through(tmp_path, cpu_dir, [(True, asks, {"a": "2"})])
+    with open(os.path.join(cpu_dir, LATENCY % 2), "w") as handle:
+        handle.write("40\n")
+    report, _actions, _errors = power(tmp_path, cpu_dir, pairs=asks).apply(state_of(a="2"))
+    assert read(cpu_dir, LATENCY % 2) == "n/a\n" and report["left"] == [{"file": LATENCY % 2, "now": "40"}]
+    step_through(tmp_path, cpu_dir, [(True, [], {})])
+    assert read(cpu_dir, LATENCY % 2) == "40\n"
+
+
 def test_a_file_already_as_asked_is_not_written_nor_recorded(tmp_path):
     cpu_dir = machine(tmp_path, latency="n/a")  # CRI-O's hook wrote it first, say
     report, actions, _errors = power(tmp_path, cpu_dir, pairs=[pod("a", {"cpu-c-states.crio.io": "disable"})]).apply(
