@@ -134,8 +134,10 @@ def _read_json(path: str, what: str, stdin: TextIO) -> Any:
 
 
 def _store(args: argparse.Namespace, policy_name: str) -> StateStore:
+    config = node_config(args)
     return StateStore(args.state, policy_name, read_only=args.read_only or None,
-                      kubelet_stopped=getattr(args, "kubelet_stopped", False), kubelet=node_config(args).kubelet)
+                      kubelet_stopped=getattr(args, "kubelet_stopped", False), kubelet=config.kubelet,
+                      kubelet_path=config.kubelet_state_path)
 
 
 def _start(policy: Policy, state: CPUState, store: StateStore) -> None:

@@ -46,10 +46,13 @@ def fingerprint(data: Optional[bytes]) -> str:
     return ABSENT if data is None else "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def opened_read_only(path: str, read_only: Optional[bool] = None, *, kubelet_stopped: bool = False) -> bool:
-    """Whether a store on ``path`` is read-only: when asked, and always for the kubelet's own checkpoint unless the
-    caller has stopped the kubelet."""
-    is_kubelets = os.path.realpath(os.path.abspath(path)) == KUBELET_PATH and not kubelet_stopped
+def opened_read_only(path: str, read_only: Optional[bool] = None, *, kubelet_stopped: bool = False,
+                     kubelet_path: str = KUBELET_PATH) -> bool:
+    """Whether a store on ``path`` is read-only: when asked, and always for the kubelet's own checkpoint (the default
+    path, or ``kubelet_path``: where the configuration says the kubelet keeps it, a kubelet with ``--root-dir``)
+    unless the caller has stopped the kubelet."""
+    real = os.path.realpath(os.path.abspath(path))
+    is_kubelets = real in (KUBELET_PATH, os.path.realpath(os.path.abspath(kubelet_path))) and not kubelet_stopped
     return bool(read_only) or is_kubelets
 
 
@@ -100,14 +103,15 @@ class StateStore:
     def __init__(self, path: str = DEFAULT_PATH, policy_name: str = "static", read_only: Optional[bool] = None,
                  lock_timeout: float = LOCK_TIMEOUT,
                  initial_containers: Optional[Mapping[str, Tuple[str, str]]] = None, *,
-                 kubelet_stopped: bool = False, kubelet: KubeletVersion = DEFAULT, hard_timeout: bool = False) -> None:
+                 kubelet_stopped: bool = False, kubelet: KubeletVersion = DEFAULT, hard_timeout: bool = False,
+                 kubelet_path: str = KUBELET_PATH) -> None:
         """``kubelet_stopped``: the caller has stopped the kubelet, so its own checkpoint may be written (a rewrite,
         a rebuild, a reset); otherwise that file is only ever read. ``hard_timeout``: ``lock_timeout`` bounds the
         whole wait for the lock, not only a wait in which nobody took it (see ``locked``)."""
         self.path = os.path.abspath(path)
         self.policy_name = policy_name
         self.kubelet = kubelet  # whose format is read and written
-        self.read_only = opened_read_only(path, read_only, kubelet_stopped=kubelet_stopped)
+        self.read_only = opened_read_only(path, read_only, kubelet_stopped=kubelet_stopped, kubelet_path=kubelet_path)
         self.lock_timeout = lock_timeout
         self.hard_timeout = hard_timeout
         self.initial_containers = initial_containers

@@ -276,7 +276,7 @@ def defrag_config(config: NodeConfig, *, check: bool, max_moves: Optional[int] =
         raise ConfigError("time_budget must be more than 0 and at most %d seconds, got %r" % (MAX_BUDGET, budget))
     if max_moves is not None and (isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0):
         raise ConfigError("max_moves must be a whole number, 0 or more, got %r" % (max_moves,))
-    read_only = opened_read_only(config.state_path, config.read_only)
+    read_only = opened_read_only(config.state_path, config.read_only, kubelet_path=config.kubelet_state_path)
     memory = read_memory_nodes(beside(config.kubelet_state_path))
     devices = read_device_nodes(devices_beside(config.kubelet_state_path))
     with build_manager(config, with_runtime=True, topology=topology, checks=not read_only) as manager:

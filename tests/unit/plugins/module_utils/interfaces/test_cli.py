@@ -1182,3 +1182,20 @@ def test_a_yaml_pod_without_pyyaml_says_to_give_json(tmp_path, topo_files, monke
     (tmp_path / "pod.yaml").write_text(POD_YAML)
     code, _out, err = node.run("allocate", "--pod", str(tmp_path / "pod.yaml"), "--container", "app")
     assert code == 2 and "is not JSON, and this Python" in err and "kubectl get pod NAME -o json" in err
+
+
+def test_the_checkpoint_named_as_the_kubelets_is_never_reset_without_the_kubelet_stopped(tmp_path):
+    """Issue 63's review: a kubelet with --root-dir keeps its checkpoint elsewhere. With --state and --kubelet-state the
+    same file, ``state --reset`` moved the running kubelet's checkpoint aside and wrote a fresh one without
+    --kubelet-stopped and without the judge; that file is now the kubelet's, only read until the kubelet is stopped."""
+    topology = tmp_path / "topo.json"
+    topology.write_text(json.dumps({"format": "kubecpu.topology/v1", "source": "file", "cpus": [
+        {"cpu": c, "core": c, "socket": 0, "numa": 0, "uncore": 0} for c in range(4)]}))
+    kubelets = tmp_path / "kubelet" / "cpu_manager_state"
+    kubelets.parent.mkdir()
+    before = checkpoint_file("0,3", {"pod-a": {"app": "1-2"}})
+    kubelets.write_bytes(before)
+    code, _out, err = run(["state", "--reset", "--topology", str(topology), "--state", str(kubelets),
+                           "--kubelet-state", str(kubelets), "--num-reserved", "1"])
+    assert code != 0 and kubelets.read_bytes() == before, (code, err)
+    assert sorted(os.listdir(kubelets.parent)) == ["cpu_manager_state"]

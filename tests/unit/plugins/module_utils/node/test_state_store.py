@@ -339,3 +339,13 @@ def test_a_waiter_on_a_removed_lock_file_takes_the_one_there_now(tmp_path):
     assert os.WEXITSTATUS(os.waitpid(child, 0)[1]) == 0
     with StateStore(path, lock_timeout=1.0).locked():
         pass
+
+
+def test_the_checkpoint_the_configuration_names_as_the_kubelets_is_read_only_until_the_kubelet_is_stopped(tmp_path):
+    """Issue 63's review: a kubelet with --root-dir keeps its checkpoint elsewhere; named as the kubelet's
+    (``kubelet_path``: --kubelet-state, kubelet_state_path), that file is only ever read unless the caller stopped the
+    kubelet, as /var/lib/kubelet/cpu_manager_state always was."""
+    path = str(tmp_path / "kubelet" / "cpu_manager_state")
+    assert StateStore(path, kubelet_path=path).read_only
+    assert not StateStore(path, kubelet_path=path, kubelet_stopped=True).read_only
+    assert not StateStore(path).read_only  # not named as the kubelet's: kubecpu's own
