@@ -483,7 +483,7 @@ class Lab:
         config = {"metadata": {"name": spec["name"], "attempt": attempt},
                   "image": {"image": self.image_id, "user_specified_image": BUSYBOX_IMAGE},
                   "command": spec.get("command", ["/bin/sleep", "infinity"]), "labels": labels,
-                  "annotations": {"io.kubernetes.container.restartCount": str(attempt)},
+                  "annotations": spec.get("annotations", {"io.kubernetes.container.restartCount": str(attempt)}),
                   "log_path": "%s/%d.log" % (spec["name"], attempt),
                   "linux": {"resources": resources,
                             "security_context": {"namespace_options": {"network": 2, "pid": 1, "ipc": 0}}}}

@@ -175,8 +175,9 @@ def test_every_corpus_config_as_a_real_containerd_reads_it(runtime, case, tmp_pa
 
 
 def test_on_cri_o_the_hooks_d_file_places_containers_before_their_first_instruction(tmp_path, bare_python):
-    """CRI-O 1.36.3 runs every container through kubecpu's hooks.d file (createRuntime): a Guaranteed container starts
-    on its exclusive CPU, a Burstable one on the shared pool, one that cannot get its CPUs is not created; taking the
+    """CRI-O 1.36.3 runs every container the kubelet asks for through kubecpu's hooks.d file (createRuntime): a
+    Guaranteed container starts on its exclusive CPU, a Burstable one on the shared pool, one that cannot get its CPUs
+    is not created; a container without the kubelet's annotations (podman reads hooks.d too) is not hooked; taking the
     file out leaves the directory empty."""
     _spec, entry = hook_for(tmp_path, bare_python)
     lab = runtime_lab("cri-o 1.36.3", str(tmp_path / "lab"))
@@ -189,6 +190,11 @@ def test_on_cri_o_the_hooks_d_file_places_containers_before_their_first_instruct
         assert first_line(web) == "0"
         with pytest.raises(ContainerRuntimeError, match="not created: no exclusive CPUs for it"):  # CPU 1 is app's: fails closed
             lab.run_pod("late", "Guaranteed", [{"name": "app", "cpu": 1000, "command": FIRST_LINE}])
+        # a container the kubelet did not ask for (no restart count: podman's, say) is not run through the hook at all
+        plain = lab.run_pod("plain", "Guaranteed", [{"name": "app", "cpu": 1000, "command": FIRST_LINE,
+                                                      "annotations": {}}])
+        assert first_line(plain) == "0-1"
+        lab.remove_pod(plain)
         assert json.loads((tmp_path / "state").read_text())["entries"] == {app["uid"]: {"app": "1"}}
         lab.remove_pod(web)
         lab.remove_pod(app)

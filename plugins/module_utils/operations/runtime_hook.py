@@ -79,9 +79,18 @@ def without_hook(spec: Dict[str, Any]) -> Dict[str, Any]:
     return dict(spec, hooks=hooks) if hooks else {key: value for key, value in spec.items() if key != "hooks"}
 
 
+# The kubelet annotates every container it asks a runtime to create with its restart count; CRI-O matches a hooks.d
+# file's annotations against the container's (tried on CRI-O 1.36.3: its own io.kubernetes.cri-o.ContainerType is not
+# among them). hooks.d is read by podman too (rootful and rootless): a hook injected "always" ran for every podman
+# container, and refused it when its configuration could not be read by the user running podman.
+CRIO_CONTAINER = {"^io\\.kubernetes\\.container\\.restartCount$": ".*"}
+
+
 def crio_hook(entry: Dict[str, Any]) -> Dict[str, Any]:
-    """The CRI-O hooks.d file for ``entry``: every container, at ``createRuntime``."""
-    return {"version": "1.0.0", "hook": entry, "when": {"always": True}, "stages": [HOOK_STAGE]}
+    """The CRI-O hooks.d file for ``entry``: the kubelet's containers (oci-hooks(5): a hook is injected when all of its
+    ``when`` conditions match; ``annotations`` are extended regular expressions over the container's annotations), at
+    ``createRuntime``."""
+    return {"version": "1.0.0", "hook": entry, "when": {"annotations": CRIO_CONTAINER}, "stages": [HOOK_STAGE]}
 
 
 def containerd_version(text: str) -> Tuple[int, int]:

@@ -176,7 +176,8 @@ def test_crio_gets_a_hooks_d_file_readable_by_podman_and_a_rewrite_keeps_the_fil
     hooks = tmp_path / "hooks.d"
     assert install_crio(str(hooks), ENTRY, check=False).changed
     assert json.loads((hooks / "kubecpu.json").read_text()) == crio_hook(ENTRY) == {
-        "version": "1.0.0", "hook": ENTRY, "when": {"always": True}, "stages": ["createRuntime"]}
+        "version": "1.0.0", "hook": ENTRY, "stages": ["createRuntime"],
+        "when": {"annotations": {"^io\\.kubernetes\\.container\\.restartCount$": ".*"}}}
     assert os.stat(hooks / "kubecpu.json").st_mode & 0o7777 == 0o644
     assert not install_crio(str(hooks), ENTRY, check=False).changed
     os.chmod(hooks / "kubecpu.json", 0o640)
