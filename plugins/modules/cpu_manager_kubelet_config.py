@@ -101,9 +101,9 @@ options:
         C(--topology-manager-policy-options)) is refused; on the command line it overrides the configuration file.
       - Omitted, the command line of the running kubelet is read from C(/proc), the kubelet being the process named
         C(kubelet) that systemd runs in O(kubelet_service)'s cgroup, as root (real and effective user), running
-        O(kubelet_binary) when it is given. Any local user can name a process C(kubelet); one that fails a check is not read, and
-        RV(notes) names it. None passing, there are none, as when no kubelet runs. Several passing with different
-        command lines fail the module (give O(kubelet_args)).
+        O(kubelet_binary) when it is given. Any local user can name a process C(kubelet); one that fails a check is not
+        read, and RV(notes) names it. None passing, there are none, as when no kubelet runs. Several passing with
+        different command lines fail the module (give O(kubelet_args)).
     type: list
     elements: str
     version_added: 0.6.0
@@ -323,7 +323,9 @@ compile_once()  # before the core is imported: each of its modules compiled once
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.settings import num_reserved, reserved_cpus
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError, StoreError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import (
-    Desired, adopter, ask_kubelet_version, find_kubelet, kubelet_unit, plan_change, rewrite_for)
+    Desired, adopter, ask_kubelet_version, plan_change, rewrite_for)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_process import (
+    find_kubelet, kubelet_unit)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.feature_gates import flag_gates
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.topology_manager import POLICIES, SCOPES
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import (

@@ -18,8 +18,10 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.featur
     CPU_OPTION_HISTORY, flag_gates)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import (
-    KUBELET_UNIT, MAX_CGROUP_BYTES, MAX_CMDLINE_BYTES, MAX_COMM_BYTES, MAX_STATUS_BYTES, ConfigError, Desired,
-    ask_kubelet_version, find_kubelet, kubelet_unit, plan_change, running_kubelet_args)
+    ConfigError, Desired, ask_kubelet_version, plan_change)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_process import (
+    KUBELET_UNIT, MAX_CGROUP_BYTES, MAX_CMDLINE_BYTES, MAX_COMM_BYTES, MAX_STATUS_BYTES, find_kubelet, kubelet_unit,
+    running_kubelet_args)
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated
 from hypothesis import given, settings
 from hypothesis import strategies as st
