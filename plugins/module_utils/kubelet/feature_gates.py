@@ -120,6 +120,16 @@ def overriding_flags(args: Sequence[str]) -> List[str]:
     return found
 
 
+def flag_value(args: Sequence[str], flag: str) -> Optional[str]:
+    """The last value a kubelet command line gives ``flag`` (``--name=value`` or ``--name value``), None without it."""
+    found = None
+    for index, arg in enumerate(args):
+        name, sep, value = arg.partition("=")
+        if name == flag:
+            found = value if sep else (args[index + 1] if index + 1 < len(args) else "")
+    return found
+
+
 def check_existing_gates(gates: Mapping[str, Any], minor: int) -> None:
     """Gates in the current file that this kubelet would refuse outright."""
     for name, value in sorted(gates.items()):

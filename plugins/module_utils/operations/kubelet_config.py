@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import re
 from fractions import Fraction
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
@@ -20,8 +21,8 @@ from ..errors import (ConfigError, CPUSetError, KubecpuError, OptionError, Polic
 from ..kubelet.checkpoint_formats import read
 from ..kubelet.cpuset import CPUSet
 from ..kubelet.discovery import CommandRunner, run_command
-from ..kubelet.feature_gates import (NEWEST, check_existing_gates, cpu_gates, overriding_flags, parse_version,
-                                     topology_gates)
+from ..kubelet.feature_gates import (NEWEST, check_existing_gates, cpu_gates, flag_value, overriding_flags,
+                                     parse_version, topology_gates)
 from ..kubelet.kubelet_versions import DEFAULT, KubeletVersion, clamped
 from ..kubelet.device_state import DeviceNodes, devices_beside, read_device_nodes
 from ..kubelet.memory_state import beside, read_memory_nodes
@@ -202,6 +203,16 @@ def plan_change(current: Mapping[str, Any], desired: Desired, topo: Topology, ve
         raise ConfigError("the kubelet's command line sets %s: a flag there overrides the configuration file, which "
                           "is what kubecpu plans; move the setting into the file (or remove it) first"
                           % ", ".join(overriding))
+    drop_ins = flag_value(args, "--config-dir")
+    if drop_ins:  # the kubelet merges each *.conf there over the file this plans (KubeletConfigDropinDir)
+        raise ConfigError("the kubelet's command line sets --config-dir=%s: its drop-ins override the configuration "
+                          "file, which is what kubecpu plans and reads; move their settings into the file and remove "
+                          "the flag first" % drop_ins)
+    root = flag_value(args, "--root-dir")
+    if root and os.path.normpath(os.path.join(root, "cpu_manager_state")) != os.path.normpath(state_path):
+        raise ConfigError("the kubelet's command line sets --root-dir=%s: its checkpoint is %s, not %s; name that "
+                          "file as the kubelet's checkpoint" % (root, os.path.join(root, "cpu_manager_state"),
+                                                                state_path))
     if not isinstance(current, Mapping):
         raise ConfigError("the kubelet configuration is not a mapping of keys to values")
     kind = current.get("kind")

@@ -630,3 +630,32 @@ def test_a_kubelet_that_gives_no_version_is_named(answer, message):
         ask_kubelet_version("kubelet", run=lambda _argv: answer)
     assert message in str(raised.value)
     assert len(str(raised.value)) < 4096 + 200
+
+
+TOPO_2X4 = generated(2, 4, 2)  # the review's machine: NUMA 0 = CPUs 0-3,8-11; NUMA 1 = 4-7,12-15
+STATE = "/var/lib/kubelet/cpu_manager_state"
+STATIC_CFG = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+              "cpuManagerPolicy": "static", "reservedSystemCPUs": "0,8"}
+
+
+@pytest.mark.parametrize("args", [["--config-dir=/etc/kubernetes/kubelet.conf.d"],
+                                  ["--config-dir", "/etc/kubernetes/kubelet.conf.d"]])
+def test_a_kubelet_config_drop_in_directory_is_refused_not_ignored(args):
+    """The kubelet (KubeletConfigDropinDir, beta and on from 1.30) merges every *.conf file of --config-dir over the
+    file kubecpu plans: a drop-in with topologyManagerPolicy or cpuManagerPolicy overrides it as a flag does. The
+    planner reads the one file and refuses only the flags: it plans (and judges the rewritten checkpoint) for a
+    configuration the kubelet does not run (issue 63's review)."""
+    with pytest.raises(ConfigError, match="config-dir"):
+        plan_change(STATIC_CFG, Desired(num_reserved=2), TOPO_2X4, "1.33", state=None, state_path=STATE, args=args)
+
+
+def test_a_kubelet_root_dir_other_than_the_checkpoints_is_refused():
+    """--root-dir moves the kubelet's checkpoint (<root-dir>/cpu_manager_state): planning from
+    /var/lib/kubelet/cpu_manager_state, which is not the kubelet's (absent: a fresh state, no migration), lets the
+    role restart the kubelet with a new configuration over a checkpoint it never read (issue 63's review). The same
+    directory given as the checkpoint's is fine."""
+    with pytest.raises(ConfigError, match="root-dir"):
+        plan_change(STATIC_CFG, Desired(num_reserved=2), TOPO_2X4, "1.33", state=None, state_path=STATE,
+                    args=["--root-dir=/data/kubelet"])
+    plan_change(STATIC_CFG, Desired(num_reserved=2), TOPO_2X4, "1.33", state=None,
+                state_path="/data/kubelet/cpu_manager_state", args=["--root-dir", "/data/kubelet"])
