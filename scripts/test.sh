@@ -128,6 +128,7 @@ rm -f tests/output/runtimes.tsv tests/output/runtimes.txt tests/output/benchmark
    bash scripts/runtimes.sh "$name" >/dev/null
    printf '%s\t%d\n' "$name" $((SECONDS - start)) >> tests/output/runtimes.tsv
  done
+ start=$SECONDS; bash scripts/peers.sh >/dev/null || echo "scripts/peers.sh failed: benchmarks/peers.py measures kubecpu alone"; printf 'peers\t%d\n' $((SECONDS - start)) >> tests/output/runtimes.tsv
  bash scripts/runtimes.sh versions > tests/output/runtimes.txt) > "$runtimes_log" 2>&1 &
 runtimes_pid=$!
 
@@ -242,7 +243,7 @@ python -m pytest -q --junitxml=tests/output/junit-integration.xml tests/integrat
 # the benchmarks' quick run (they must keep working; their figures come from full runs on a quiet host) while Molecule
 # still waits on its nodes
 stage benchmarks "benchmarks (quick run)"
-for bench in allocation state reconcile fleet defrag housekeeping hook hook_lock; do
+for bench in allocation state reconcile fleet defrag housekeeping hook hook_lock peers; do
   start=$SECONDS
   python "benchmarks/$bench.py" --quick
   printf '%s\t%d\n' "$bench" $((SECONDS - start)) >> tests/output/benchmarks.tsv
