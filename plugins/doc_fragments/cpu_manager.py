@@ -167,6 +167,50 @@ options:
     type: bool
     default: false
     version_added: 0.8.0
+  exclusive_burstable:
+    description:
+      - Beyond the kubelet. Give exclusive CPUs to the containers of a Burstable pod that its annotation
+        C(cpu-exclusive.kubecpu.io) names (container names separated by commas, C(app,db)): each with a CPU request
+        of a whole number of CPUs (its limit absent or equal) gets that many, chosen by the static policy with its
+        options and the Topology Manager, as a Guaranteed pod's container would. Their entries are in kubecpu's state
+        file only, never in a checkpoint written for a kubelet.
+      - A named container whose request is missing or fractional, whose limit is not its request or whose pod is not
+        Burstable, and an annotation that is not a list of container names, are reported in C(errors) (kind
+        C(exclusive)) and the container stays in the shared pool; the NRI plugin and the OCI hook refuse its creation.
+      - Refused on a node whose kubelet pins CPUs itself. Turned off, the next pass gives those CPUs back.
+    type: bool
+    default: false
+    version_added: 0.8.0
+  system_partition:
+    description:
+      - Beyond the kubelet. The shared containers of the system pods (O(system_namespaces), O(system_priority_classes))
+        run on the reserved CPUs only, every other shared container on the shared pool without them. A container
+        with exclusive CPUs keeps them. System pods requesting more than the reserved CPUs are a warning in C(errors)
+        (kind C(partition)), never moved back.
+      - Refused on a node whose kubelet pins CPUs itself. Turned off, the next pass gives every shared container the
+        whole shared pool again.
+    type: bool
+    default: false
+    version_added: 0.8.0
+  system_namespaces:
+    description:
+      - With O(system_partition), every pod of these namespaces is a system pod (the kubelet's
+        C(io.kubernetes.pod.namespace) label, which a pod does not write).
+    type: list
+    elements: str
+    default: []
+    version_added: 0.8.0
+  system_priority_classes:
+    description:
+      - With O(system_partition), a pod whose annotation C(priority-class.kubecpu.io) names one of these is a system
+        pod. No runtime shows a pod's priority class, so it is read from that annotation (set it from
+        C(spec.priorityClassName) in the manifest or with a mutating admission policy); a pod's annotations are its
+        author's, so on a cluster whose tenants create pods, allow that annotation only through admission, or choose
+        by namespace alone (V([])).
+    type: list
+    elements: str
+    default: [system-node-critical]
+    version_added: 0.8.0
   topology_manager_policy:
     description:
       - The Topology Manager policy applied before exclusive CPUs are chosen, as the kubelet applies it. V(none)

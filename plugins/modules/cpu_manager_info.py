@@ -156,12 +156,20 @@ topology:
 cpus:
   description:
     - One entry per online CPU, the data of a core map, with C(cpu), C(core), C(socket), C(numa), C(uncore),
-      C(kind) (V(exclusive), V(reserved) or V(shared)) and for exclusive CPUs C(owner) (the pod name where the
-      runtime answered, else the pod UID, then the container), C(pod), C(pod_uid) and C(container).
+      C(kind) (V(exclusive), V(reserved), V(system) for the reserved CPUs of the system partition (O(system_partition))
+      or V(shared)) and for exclusive CPUs C(owner) (the pod name where the runtime answered, else the pod UID, then
+      the container), C(pod), C(pod_uid) and C(container).
   returned: always
   type: list
   elements: dict
   version_added: 0.3.0
+system_partition:
+  description:
+    - With O(system_partition), its CPUs (C(cpus)) and who is a system pod (C(namespaces), C(priority_classes)); null
+      when off. Each container of C(containers) says whether it runs there (C(system)).
+  returned: always
+  type: dict
+  version_added: 0.8.0
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -175,6 +183,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.mod
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_node import STATE_ARGS, node_config
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.factory import (
     build_manager, build_runtime, recorded_policy)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.partition import partition_of
 
 
 def info(module: AnsibleModule) -> dict:
@@ -184,10 +193,12 @@ def info(module: AnsibleModule) -> dict:
         config = config.replace(policy=recorded_policy(config.state_path) or "none")
         source = "checkpoint"
     manager = build_manager(config)
+    manager.cgroup_targets.partition = partition_of(config.options, manager.policy.reserved)
     warnings = []
     if module.params["query_runtime"]:
         try:
             manager.runtime = build_runtime(config)
+            manager.runtime.want_annotations = config.options.reads_annotations  # the system pods' priority class
         except ContainerRuntimeError as exc:
             warnings.append("runtime not queried: %s" % exc)
     with manager:

@@ -155,7 +155,8 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     unlisted(p, "--policy", "--num-reserved", "--reserved-cpus", "--read-only",
               "--force", "--cache", "--isolated-cpus", "--align-memory", "--cpu-quota",
               "--besteffort-idle", "--cpu-burst", "--topology-manager-policy", "--topology-manager-scope",
-              "--topology-manager-option", "--option")  # the kubelet's checkpoint and the interrupts only
+              "--topology-manager-option", "--option", "--exclusive-burstable", "--system-partition",
+              "--system-namespaces", "--system-priority-classes")  # the kubelet's checkpoint and the interrupts only
     shorten_usage(p, ("--check", "--loop", "--period", "--config"))
 
     p = sub.add_parser("defrag", **texts("defrag"))

@@ -22,7 +22,7 @@ from ..runtime.container_cache import ContainerCache
 from ..runtime.model import Runtime
 from .config import NodeConfig
 from .housekeeping import IrqIsolation, KubeletHousekeeping, irq_isolation, machine_files, record_path
-from .kubelet_policy import kubelet_pins, recorded_policy
+from .kubelet_policy import PINNING_OPTIONS, kubelet_pins, options_refused, recorded_policy
 from .manager import NodeManager
 from .power import cpu_power
 from .state_paths import KUBELET_PATH
@@ -94,12 +94,15 @@ def build_manager(config: NodeConfig, with_runtime: bool = False, topology: Opti
     if with_runtime and checks:
         if not service:
             check_kubelet_policy(config.kubelet_state_path, config.force)
+            if options_refused(config.kubelet_state_path, config.options):
+                raise KubeletPinsError(options_refused(config.kubelet_state_path, config.options))
     if with_runtime and runtime is None:
         runtime = build_runtime(config)
     manager = NodeManager(topo, policy, store, runtime, cgroups=CgroupFS(config.cgroup_root), cache=cache,
                           options=config.options if with_runtime else None, sysfs_root=config.sysfs_root)
     if with_runtime and checks:
-        manager.steps_aside = lambda: kubelet_pins(config.kubelet_state_path, config.force)
+        manager.steps_aside = lambda: (kubelet_pins(config.kubelet_state_path, config.force)
+                                       or options_refused(config.kubelet_state_path, config.options))
     return manager
 
 
@@ -109,6 +112,11 @@ def kubelet_housekeeping(config: NodeConfig, topology: Optional[Topology] = None
     (``kubelet_state_path``, read in the format of ``kubelet_version``) read-only, kubecpu's state file
     (``state_path``) for the lock and the records. With ``cpu_power`` the runtime (``runtime``, else the config's)
     tells the pods' annotations."""
+    asked = [name for name in PINNING_OPTIONS if getattr(config.options, name)]
+    if asked:
+        raise ConfigError("housekeeping runs beside a kubelet that pins CPUs itself, and %s change%s who holds which "
+                          "CPU: the kubelet would not know of it; switch %s off" % (
+                              " and ".join(asked), "" if len(asked) > 1 else "s", " and ".join(asked)))
     topo = topology or load_topology(config)
     checkpoint = StateStore(config.kubelet_state_path, recorded_policy(config.kubelet_state_path) or STATIC,
                             read_only=True, kubelet=config.kubelet)

@@ -86,9 +86,10 @@ class Partition(NamedTuple):
 
 def partition_of(options: ManagerOptions, reserved: CPUSet) -> Optional[Partition]:
     """The node's partition when ``system_partition`` is on (and there are reserved CPUs); else None."""
+    namespaces, classes = options.system_namespaces, options.system_priority_classes
     if not options.system_partition or not reserved:
         return None
-    return Partition(reserved, options.system_namespaces, options.system_priority_classes)
+    return Partition(reserved, namespaces, classes)
 
 
 def shared_target(partition: Optional[Partition], info: ContainerInfo, state: CPUState) -> CPUSet:

@@ -14,6 +14,7 @@ from ..node.manager import NodeManager
 from ..node.housekeeping import IrqRecord, machine_files, record_path
 from ..node.plan import Plan
 from ..node.power import power_info
+from ..node.partition import is_system, shared_target
 from ..node.pod_views import build_views
 from ..runtime.irq import IrqFS
 from ..runtime.irqbalance import IrqBalance
@@ -30,11 +31,12 @@ def free_whole_cores(topo: Topology, free: CPUSet) -> Dict[str, int]:
     return counts
 
 
-def cpu_map(topo: Topology, reserved: CPUSet, assignments: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def cpu_map(topo: Topology, reserved: CPUSet, assignments: List[Dict[str, Any]],
+            system: bool = False) -> List[Dict[str, Any]]:
     """One row per online CPU, where it sits and who owns it: the data of the fleet report's core map.
 
     ``kind`` is exclusive (owned by ``owner``, the pod name where the runtime told it, else the pod UID, then
-    the container), reserved or shared.
+    the container), reserved (``system``: the system partition's, ``system``) or shared.
     """
     owners: Dict[int, Dict[str, Any]] = {}
     for assignment in assignments:
@@ -50,7 +52,7 @@ def cpu_map(topo: Topology, reserved: CPUSet, assignments: List[Dict[str, Any]])
             row.update(kind="exclusive", pod=owner["pod"], pod_uid=owner["pod_uid"], container=owner["container"],
                        owner="%s/%s" % (owner["pod"] or owner["pod_uid"], owner["container"]))
         elif cpu in reserved:
-            row["kind"] = "reserved"
+            row["kind"] = "system" if system else "reserved"
         rows.append(row)
     return rows
 
@@ -60,13 +62,24 @@ def node_info(manager: NodeManager, state: CPUState, use_runtime: bool = True) -
     info = _joined(manager, state, use_runtime)
     pod_level = [{"pod": None, "pod_uid": uid, "container": "(pod-level)", "cpus": str(cpus)}
                  for uid, cpus in sorted(state.pod_entries.items())]
-    info["cpus"] = cpu_map(manager.topology, manager.policy.reserved, pod_level + info["assignments"])
+    partition = manager.cgroup_targets.partition
+    info["cpus"] = cpu_map(manager.topology, manager.policy.reserved, pod_level + info["assignments"],
+                           partition is not None)
     info["housekeeping"] = housekeeping_info(CPUSet.parse(info["exclusive_cpus"]), manager.cgroups.root,
                                              None if manager.store.read_only else record_path(manager.store.path),
                                              *machine_files(manager.sysfs_root))
     info["housekeeping"]["power"] = power_info(None if manager.store.read_only else manager.store.path,
                                                manager.sysfs_root)
     return info
+
+
+def _partition_info(manager: NodeManager) -> Optional[Dict[str, Any]]:
+    """The system partition (None when off): its CPUs and who is a system pod."""
+    partition = manager.cgroup_targets.partition
+    if partition is None:
+        return None
+    return {"cpus": str(partition.reserved), "namespaces": list(partition.namespaces),
+            "priority_classes": list(partition.priority_classes)}
 
 
 DAEMON_CGROUPS = ("system.slice", "user.slice", "init.scope", "kubepods.slice", "kubepods")
@@ -115,7 +128,7 @@ def _joined(manager: NodeManager, state: CPUState, use_runtime: bool) -> Dict[st
         "exclusive_cpus": str(state.assigned().union(state.pod_assigned())),
         "pod_entries": [{"pod_uid": uid, "cpus": str(cpus)} for uid, cpus in sorted(state.pod_entries.items())],
         "free_whole_cores_per_numa": free_whole_cores(topo, free), "headroom": headroom(topo, free),
-        "topology": topo.summary(),
+        "topology": topo.summary(), "system_partition": _partition_info(manager),
         "runtime": None, "assignments": [], "containers": [], "drift": [], "warnings": []}
     by_key: Dict[Any, Dict[str, Any]] = {}
     for uid, name, cpus in state.assignments():
@@ -134,16 +147,18 @@ def _joined(manager: NodeManager, state: CPUState, use_runtime: bool) -> Dict[st
         info["warnings"].append("runtime not queried: %s" % exc)
         return info
     views = build_views(pairs)
+    partition = manager.cgroup_targets.partition
     for view in views.values():
         for listed_item, details in view.latest.values():
             assigned = state.get(view.uid, listed_item.name)
-            target = assigned if assigned is not None else state.default
+            target = assigned if assigned is not None else shared_target(partition, details, state)
             running = listed_item.state == RUNNING
             current: Optional[CPUSet] = manager.cgroups.cpus(details.cgroup_path) if running else None
             drift = running and current is not None and current != target and manager.policy.name == "static"
             row = {"pod": listed_item.pod_ref, "pod_uid": view.uid, "container": listed_item.name,
                    "container_id": listed_item.id, "state": listed_item.state, "qos": details.qos,
                    "cpu_request_milli": details.requested_milli(), "exclusive": assigned is not None,
+                   "system": assigned is None and is_system(partition, details),
                    "cpus": str(target), "cgroup_cpus": None if current is None else str(current), "drift": drift,
                    "cpu_stat": manager.cgroups.cpu_stat(details.cgroup_path) if running else {},
                    "cfs_quota": (manager.cgroups.quota(details.cgroup_path) or (None, None))[0] if running else None}

@@ -8,9 +8,14 @@ shared containers on the reserved CPUs, every other one off them).
 The pod's annotations come from the container's spec, where CRI-O copies every annotation of the pod and containerd
 those its configuration's ``pod_annotations`` lists. When an option needs one the spec of a containerd container does
 not have, the hook asks the runtime for the pod sandbox's status (one call, before the state lock is taken, only for
-a container the option concerns: a Burstable one for ``exclusive_burstable``, one outside ``system_namespaces`` for
-the partition's priority classes). When the runtime cannot tell, the container is refused (the kubelet retries):
-placing it without its pod's word could leave a named container unpinned, or a system pod's off its CPUs."""
+a container the option concerns: a Burstable one for ``exclusive_burstable``, a shared one outside
+``system_namespaces`` for the partition's priority classes; asked at the hook's first question, before the lock).
+When the runtime cannot tell, the container is refused (the kubelet retries): placing it without its pod's word could
+leave a named container unpinned, or a system pod's off its CPUs.
+
+A container that takes exclusive CPUs moves the other container cgroups on them to the shared pool without the
+reserved CPUs (the hook does not know their pods): a system pod's container among them is back on the reserved CPUs
+at the agent's next pass."""
 
 from __future__ import annotations
 
@@ -61,12 +66,20 @@ class HookPods:
             return known
         wanted = self._wanted(hooked)
         annotations = kubecpu_annotations(hooked.annotations) if wanted else {}
-        concerned = hooked.qos == BURSTABLE or PRIORITY_ANNOTATION in wanted
-        if wanted and concerned and not hooked.by_crio and not all(key in annotations for key in wanted):
+        concerned = ((EXCLUSIVE_ANNOTATION in wanted and hooked.qos == BURSTABLE)
+                     or (PRIORITY_ANNOTATION in wanted and not self._pinned_anyway(hooked)))
+        if concerned and not hooked.by_crio and not all(key in annotations for key in wanted):
             annotations = self._from_runtime(hooked)
         info = hooked.info._replace(annotations=annotations)
         self._infos[hooked.id] = info
         return info
+
+    @staticmethod
+    def _pinned_anyway(hooked: HookedContainer) -> bool:
+        """A Guaranteed container with a whole request: it holds exclusive CPUs, whatever the partition says."""
+        from ..node.pod_views import lone_pod  # noqa: PLC0415  # the check path does not need the pod model
+
+        return hooked.kind == CONTAINER and lone_pod(hooked.info).guaranteed_cpus(hooked.name) > 0
 
     def _from_runtime(self, hooked: HookedContainer) -> Dict[str, str]:
         sandbox = hooked.sandbox_id
