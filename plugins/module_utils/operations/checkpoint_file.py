@@ -23,7 +23,7 @@ from ..node.config import NodeConfig
 from ..node.factory import build_manager, build_policy, load_topology
 from ..node.plan import Plan
 from ..node.state_store import StateStore
-from ..node.what_if import judge_for
+from ..node.what_if import Running, judge_for
 from .rebuild import rebuild_node
 
 ACTIONS = ("validate", "write", "rebuild", "reset")
@@ -110,8 +110,10 @@ class CheckpointFile:
         if given is not None and current == given:
             data = current  # already the file given, byte for byte: kept as it is, not re-encoded (a V2 file stays V2)
         changed = current != data if data is not None else current is not None
-        if changed and state is not None:  # nor what the restarted kubelet would refuse at its re-admission
-            judge_for(self.config, self.policy, self.topology).check(state, self.store.path)
+        if changed and state is not None:  # nor what the restarted kubelet would refuse at its re-admission of the
+            # pods that run (the runtime's list; a runtime that cannot list: the pods the file itself shows)
+            pods = Running(self.config, self.topology).pods()
+            judge_for(self.config, self.policy, self.topology, pods).check(state, self.store.path)
         change.result.update(changed=changed, written=None if data is None else data.decode("utf-8"),
                              state=None if state is None else state.to_dict())
         if apply and changed:

@@ -48,18 +48,22 @@ def state(default, entries):
 
 
 class Faulty(FakeRuntime):
-    """The runtime in memory, failing with ``fault`` at its list call or at an update once ``updates_left`` updates
-    went through; ``fault = None``: it works again."""
+    """The runtime in memory, failing with ``fault`` at its list call once ``lists_left`` lists went through (the write
+    gate lists the running pods for its judge before the write) or at an update once ``updates_left`` updates went
+    through; ``fault = None``: it works again."""
 
     def __init__(self, root):
         super().__init__(root, "0-3", "0")
         self.fault = None
         self.fault_at = "list"
         self.updates_left = 0
+        self.lists_left = 0
 
     def list_containers(self):
         if self.fault is not None and self.fault_at == "list":
-            raise self.fault
+            if self.lists_left == 0:
+                raise self.fault
+            self.lists_left -= 1
         return super().list_containers()
 
     def update(self, container_id, *args, **kwargs):
@@ -188,7 +192,7 @@ def test_failed_push_keeps_the_rollback(tmp_path, monkeypatch, fault):
     and a later failure (the health gate here) rolls back the same way."""
     node = Node(tmp_path, monkeypatch)
     assert "not all reserved cpus" in str(node_refuses_the_new_file(node))
-    node.runtime.fault = fault
+    node.runtime.fault, node.runtime.lists_left = fault, 1  # the judge's list of the running pods, then the push's
     systemd = Systemd(node.path, node.config)
     runner = Runner(node.variables(), systemd)
     result = the_write(node, runner)

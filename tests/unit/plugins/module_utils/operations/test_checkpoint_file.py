@@ -15,7 +15,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.checkp
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.kubelet_versions import POD_LEVEL, KubeletVersion
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.state import CPUState
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node import factory
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.manager import NodeManager
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.config import NodeConfig
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import fingerprint
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.checkpoint_file import CheckpointFile
@@ -55,11 +55,11 @@ def test_a_write_planned_from_another_file_than_the_one_on_disk_changes_nothing(
     its entry and give its CPUs away. With the fingerprint of what it was planned from the write refuses, in check
     mode too, and keeps nothing aside; the file as planned from is written."""
     path = tmp_path / "state"
-    planned_on = checkpoint_file("0,3", {"pod-a": {"app": "1-2"}})
+    planned_on = checkpoint_file("0,3", {WEB_UID: {"main": "1-2"}})  # the running pods' (the judge admits them)
     path.write_bytes(planned_on)
     planned_from = fingerprint(planned_on)
-    new = checkpoint_file("0-1", {"pod-a": {"app": "2-3"}}).decode()
-    since = checkpoint_file("0", {"pod-a": {"app": "1-2"}, "pod-new": {"app": "3"}})  # the kubelet, after the plan
+    new = checkpoint_file("0-1", {WEB_UID: {"main": "2-3"}}).decode()
+    since = checkpoint_file("0", {WEB_UID: {"main": "1-2"}, "pod-new": {"app": "3"}})  # the kubelet, after the plan
     path.write_bytes(since)
     for apply in (False, True):
         with pytest.raises(StaleCheckpointError, match=r"changed since the plan was made \(planned from sha256:"):
@@ -76,9 +76,9 @@ def test_a_write_planned_from_another_file_than_the_one_on_disk_changes_nothing(
 
 def test_write_keeps_the_old_file_and_refuses_what_the_kubelet_would_refuse(node, tmp_path):
     path = tmp_path / "state"
-    old = checkpoint_file("0,3", {"pod": {"app": "1-2"}})
+    old = checkpoint_file("0,3", {WEB_UID: {"main": "1-2"}})  # the running pods' (the judge admits them)
     path.write_bytes(old)
-    new = checkpoint_file("0-1", {"pod": {"app": "2-3"}}).decode()
+    new = checkpoint_file("0-1", {WEB_UID: {"main": "2-3"}}).decode()
     planned = target(node, path).run("write", content=new, apply=False)
     assert planned["changed"] and planned["written"] == new and planned["kept"] is None and path.read_bytes() == old
     done = target(node, path).run("write", content=new)
@@ -87,7 +87,7 @@ def test_write_keeps_the_old_file_and_refuses_what_the_kubelet_would_refuse(node
     again = target(node, path).run("write", content=new)
     assert not again["changed"] and again["kept"] is None
     with pytest.raises(StateError, match="overlaps with default cpuset"):
-        target(node, path).run("write", content=checkpoint_file("0-2", {"pod": {"app": "2-3"}}).decode())
+        target(node, path).run("write", content=checkpoint_file("0-2", {WEB_UID: {"main": "2-3"}}).decode())
     with pytest.raises(CheckpointError, match='configured policy "static" differs from state checkpoint policy'):
         target(node, path).run("write", content=checkpoint_file("", {}, "none").decode())
     with pytest.raises(ConfigError, match="needs the checkpoint's content"):
@@ -168,10 +168,10 @@ def test_a_failure_after_the_change_carries_where_the_previous_file_is(node, tmp
     path.write_bytes(old)
     new = checkpoint_file("0-1", {WEB_UID: {"main": "2-3"}}).decode()
 
-    def broken(config):
+    def broken(manager, state, apply=True):
         raise ValueError("a bug in the runtime backend")
 
-    monkeypatch.setattr(factory, "build_runtime", broken)
+    monkeypatch.setattr(NodeManager, "push", broken)  # the list (the judge's pods) works, the push does not
     with pytest.raises(ChangedThenFailed) as failed:
         target(node, path).run("write", content=new, push=True)
     done = failed.value.done
@@ -198,12 +198,27 @@ def test_a_file_the_restarted_kubelet_would_reject_a_pod_of_is_never_written(nod
     check mode too, with the kubelet's text and the word drain; the file on disk stays as it was, nothing is kept
     aside. The same file is written where a free CPU is left."""
     path = tmp_path / "state"
-    before = checkpoint_file("0,3", {"pod-a": {"app": "1-2"}})
+    before = checkpoint_file("0,3", {WEB_UID: {"main": "1-2"}})  # the running pods' (the judge admits them)
     path.write_bytes(before)
-    full = checkpoint_file("0", {"pod-a": {"app": "1-3"}}).decode()
+    full = checkpoint_file("0", {WEB_UID: {"main": "1-2"}, "pod-a": {"app": "3"}}).decode()
     for apply in (False, True):
-        with pytest.raises(StateError, match=r"would refuse this checkpoint \(pod pod-a container app: SMT Alignment "
-                                             r"Error: not enough free physical CPUs.*drain"):
+        with pytest.raises(StateError, match=r"would refuse this checkpoint \(pod %s container main: SMT Alignment "
+                                             r"Error: not enough free physical CPUs.*drain" % WEB_UID):
             target(node, path, policy_options={"full-pcpus-only": "true"}).run("write", content=full, apply=apply)
     assert path.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["node", "state"]
     assert target(node, path).run("write", content=full)["changed"]  # without the option the kubelet admits it
+
+
+def test_the_write_gate_judges_the_running_pods_not_the_files_own(tmp_path):
+    """(Issue 63's review.) cpu_manager_checkpoint action=write (the role's rewrite and rescue) judged the pods the file
+    itself shows (each container requesting what it holds). prod/web/main runs and requests 2 CPUs; a file giving it 1
+    passed, but the restarted kubelet's hints for an assigned set whose size is not the request are empty and
+    restricted rejects the pod. The gate judges the pods the runtime lists (what_if.Running.pods)."""
+    node = make_node(str(tmp_path / "node"))
+    path = tmp_path / "state"
+    before = checkpoint_file("0,3", {WEB_UID: {"main": "1-2"}})
+    path.write_bytes(before)
+    short = checkpoint_file("0,2-3", {WEB_UID: {"main": "1"}}).decode()
+    with pytest.raises(StateError, match=r"would refuse this checkpoint .*Resources cannot be allocated"):
+        target(node, path, topology_manager_policy="restricted").run("write", content=short)
+    assert path.read_bytes() == before
