@@ -247,3 +247,60 @@ def test_the_agents_unit_is_one_systemd_takes_without_a_warning(tmp_path):
         done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60,
                               check=False)
         assert (done.returncode, done.stderr) == (0, ""), (isolation, facts)
+
+
+def agent_config(**settings):
+    """The agent's configuration file (agent.json) as the role writes it, over its defaults and ``settings``."""
+    variables = dict(trusted(load("cpu_manager_agent", "defaults", "main.yml")),
+                     **trusted(load("cpu_manager_agent", "vars", "main.yml")))
+    variables.update(settings)
+    return Templar(loader=DataLoader(), variables=variables).template(
+        trust_as_template("{{ __cpu_manager_agent_config | to_json }}"))
+
+
+@pytest.mark.parametrize("settings, options", [
+    ({}, {"exclusive_burstable": False, "system_partition": False, "system_namespaces": (),
+          "system_priority_classes": ("system-node-critical",)}),
+    ({"cpu_manager_agent_exclusive_burstable": True, "cpu_manager_agent_system_partition": True,
+      "cpu_manager_agent_system_namespaces": ["kube-system", "monitoring"],
+      "cpu_manager_agent_system_priority_classes": []},
+     {"exclusive_burstable": True, "system_partition": True, "system_namespaces": ("kube-system", "monitoring"),
+      "system_priority_classes": ()}),
+])
+def test_the_agents_configuration_gives_each_command_the_options_the_role_was_given(tmp_path, settings, options):
+    """The role's variables, through agent.json, are the options every command (the agent, the NRI plugin, the hook)
+    reads from it."""
+    import json
+
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.cli_args import (
+        build_parser, config_arguments, node_config)
+
+    path = tmp_path / "agent.json"
+    path.write_text(agent_config(**settings))
+    args = build_parser().parse_args(["reconcile"] + config_arguments(str(path)))
+    made = node_config(args).options
+    assert {name: getattr(made, name) for name in options} == options
+    assert set(options) <= set(json.loads(path.read_text()))
+
+
+@pytest.mark.parametrize("exclusive, partition, refused", [
+    (True, False, "cpu_manager_agent_exclusive_burstable changes who holds which CPU"),
+    (False, True, "cpu_manager_agent_system_partition changes who holds which CPU"),
+    (True, True, "cpu_manager_agent_exclusive_burstable and cpu_manager_agent_system_partition change who holds"),
+    (False, False, None),
+])
+def test_beside_a_kubelet_that_pins_the_role_refuses_what_changes_who_holds_which_cpu(exclusive, partition, refused):
+    tasks = load("cpu_manager_agent", "tasks", "refuse_kubelet.yml")
+    (task,) = [trusted(t) for t in tasks if t["name"].startswith("Refuse what changes who holds which CPU")]
+    runner = Runner(dict(trusted(load("cpu_manager_agent", "defaults", "main.yml")), inventory_hostname="node-1",
+                         cpu_manager_agent_exclusive_burstable=exclusive, cpu_manager_agent_system_partition=partition,
+                         __cpu_manager_agent_kubelet_policies={"results": [
+                             {"ansible_facts": {"__cpu_manager_agent_kubelet_static": "static"},
+                              "item": {"source": "/var/lib/kubelet/cpu_manager_state"}}]}), Systemd("/s", "/c"))
+    if refused is None:
+        assert runner.run_one(task)["skipped"]
+        return
+    with pytest.raises(TaskFailed) as failed:
+        runner.run_one(task)
+    assert refused in " ".join(failed.value.result["msg"].split())
+    assert "/var/lib/kubelet/cpu_manager_state" in failed.value.result["msg"]
