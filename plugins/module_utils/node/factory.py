@@ -89,7 +89,8 @@ def build_manager(config: NodeConfig, with_runtime: bool = False, topology: Opti
     topo = topology or load_topology(config)
     policy = build_policy(topo, config.policy, config.reserved_cpus, config.num_reserved, config.policy_options,
                           kubelet_minor=config.kubelet.minor, unreserved=not with_runtime)  # without one: a reader
-    store = StateStore(config.state_path, policy.name, read_only=config.read_only or None, kubelet=config.kubelet)
+    store = StateStore(config.state_path, policy.name, read_only=config.read_only or None, kubelet=config.kubelet,
+                       kubelet_path=config.kubelet_state_path)
     cache = ContainerCache(config.cache_path or store.path + ".containers.json", read_only=store.read_only)
     if with_runtime and checks:
         if not service:
