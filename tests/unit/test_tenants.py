@@ -45,7 +45,7 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.hook 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.nri_plugin import NRIView
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.cri_units import milli_to_quota, milli_to_shares
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support.lock_probe import LockProbe, ProbedRuntime
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.lock_probe import LockProbe, Probed, ProbedRuntime
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.hook_node import POD, Node
 
 MODES = ("hook", "agent", "nri")
@@ -53,26 +53,14 @@ QOS = ("Guaranteed", "Guaranteed", "Guaranteed", "Burstable", "BestEffort")  # d
 TOTALS = {}  # mode -> counts over the examples this process ran (``KUBECPU_TENANT_COUNTS=1`` prints them)
 
 
-class ProbedView(NRIView):
+class ProbedView(Probed, NRIView):
     """What NRI told, each call of the manager on it probed."""
 
     def __init__(self, probe):
         super().__init__()
         self.probe = probe
 
-    def list_containers(self):
-        self.probe.check("list")
-        return super().list_containers()
-
-    def inspect(self, container_id):
-        self.probe.check("inspect")
-        return super().inspect(container_id)
-
-    def update(self, container_id, **fields):
-        self.probe.check("update")
-        return super().update(container_id, **fields)
-
-    def update_many(self, container_ids, cpuset_cpus):
+    def update_many(self, container_ids, cpuset_cpus):  # the NRI view takes many (the fake runtime does not)
         self.probe.check("update")
         return super().update_many(container_ids, cpuset_cpus)
 

@@ -34,12 +34,10 @@ class LockProbe:
             os.close(fd)
 
 
-class ProbedRuntime(FakeRuntime):
-    """The fake runtime, each call probed."""
+class Probed:
+    """A runtime (the fake one, or the NRI view) whose every call the manager makes asks ``probe`` first."""
 
-    def __init__(self, probe, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.probe = probe
+    probe: LockProbe
 
     def list_containers(self):
         self.probe.check("list")
@@ -60,3 +58,11 @@ class ProbedRuntime(FakeRuntime):
     def update(self, container_id, **fields):
         self.probe.check("update")
         return super().update(container_id, **fields)
+
+
+class ProbedRuntime(Probed, FakeRuntime):
+    """The fake runtime, each call probed."""
+
+    def __init__(self, probe, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.probe = probe
