@@ -1,6 +1,7 @@
 """cpu_manager_checkpoint as the kubelet role's no-drain change runs it, and the role's rescue after it: the role's
 own tasks (roles/kubelet_cpu_manager/tasks/rewrite.yml) run in-process by ansible-core's templar (support.role_tasks),
-the module in-process, a runtime in memory that fails where a test says, systemd a stand-in.
+the module in-process, a runtime in memory that fails where a test says, systemd a stand-in. (Here, not beside the
+modules' tests: ansible-test runs those without the controller's packages, which the role's tasks need.)
 
 The node: 4 single-thread CPUs. The kubelet ran with reserved CPU 0: pod-a's app (Guaranteed, 2 CPUs) on 1-2, pod-b's
 web (Burstable) on the shared 0,3. The change reserves CPU 1: the rewritten checkpoint moves app to 0,2 and shares
@@ -30,8 +31,8 @@ from ansible_collections.kubecpu.cpu_manager.tests.unit.support.fake_sysfs impor
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.role_tasks import (
     Runner, Systemd, TaskFailed, load_tasks, run_module)
 
-ROLE_TASKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))), "roles", "kubelet_cpu_manager", "tasks")
+ROLE_TASKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles",
+                          "kubelet_cpu_manager", "tasks")
 WRITE_TASK = "Write the rewritten checkpoint and push the moved containers' cpusets"
 V137 = KubeletVersion(37)
 V136_POD_LEVEL = KubeletVersion(36, ((POD_LEVEL, True),))
