@@ -41,6 +41,13 @@ FRAME = struct.Struct(">II")
 HEADER = struct.Struct(">IIBB")
 MAX_MESSAGE = 4 << 20  # ttrpc's own limit on one message
 MAX_FRAME = HEADER.size + MAX_MESSAGE  # the multiplexer's limit on one frame (a header and a whole message at most)
+# The largest first frame of a message the runtime takes. Its multiplexer hands each frame whole to one Read of the
+# logical connection and fails it (ENOMEM) when the caller's buffer is smaller (containerd/nri pkg/net/multiplex,
+# conn.Read); ttrpc reads a message's header through a 4 KiB bufio.Reader, so a first frame over 4 KiB drops the
+# plugin (containerd 2.4.2 closed kubecpu's connection at a 19 KB CreateContainer reply: 250 shared containers
+# updated). The body's rest is read straight into a buffer of its size, so it may come in one frame, as Go's ttrpc
+# writes it through its 4 KiB bufio.Writer.
+FIRST_FRAME = 4096
 FRAME_TIMEOUT = 5.0  # seconds a frame may take from its first byte to its last: a half-written frame breaks the link
 POLL = 0.2  # the longest a wait goes without looking at ``closed`` (SIGTERM ends the plugin within it)
 CHUNK = 1 << 16  # bytes asked of recv at once
@@ -94,8 +101,12 @@ class Channel:
 
     # --- frames and messages ------------------------------------------------------------------------------
     def send(self, conn: int, stream: int, kind: int, payload: bytes) -> None:
+        """One message in the frames Go's ttrpc writes through its 4 KiB ``bufio.Writer``: the first at most
+        FIRST_FRAME bytes, the rest of the message in a second (the runtime reads a frame into the buffer it reads
+        with, and drops the connection on one that does not fit: see FIRST_FRAME)."""
         message = HEADER.pack(len(payload), stream, kind, 0) + payload
-        data = memoryview(FRAME.pack(conn, len(message)) + message)
+        first, rest = message[:FIRST_FRAME], message[FIRST_FRAME:]
+        data = memoryview(FRAME.pack(conn, len(first)) + first + (FRAME.pack(conn, len(rest)) + rest if rest else b""))
         deadline = time.monotonic() + FRAME_TIMEOUT
         while data:
             self._wait(deadline, write=True)

@@ -4,12 +4,15 @@ over frames, and a late answer not sent at all."""
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 import struct
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (RuntimeTimeoutError,
                                                                                  RuntimeUnavailableError)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.wire import ttrpc
@@ -170,3 +173,98 @@ def test_messages_nobody_waits_for_are_dropped_as_they_come(pair):
         channel.serve(lambda s, method, p, d: served.append(method) or (0, "", b""), timeout=2)
     assert served == ["Real"] and channel.dropped == 4000
     assert not channel.requests and channel.responses == {} and channel.waiting == set()
+
+
+# --- what the runtime's Go side reads (peers benchmark, issue 65) -----------------------------------------------
+class GoReader:
+    """A message as containerd and CRI-O read it: NRI's multiplexer hands each frame whole to one Read of the logical
+    connection and fails it with ENOMEM when the caller's buffer is smaller (containerd/nri pkg/net/multiplex,
+    conn.Read); ttrpc reads a message's 10-byte header through a 4 KiB bufio.Reader and its body with io.ReadFull
+    into a buffer of the body's size (bufio reads straight into a buffer at least as large as its own)."""
+
+    BUFIO = 4096
+
+    def __init__(self, frames):
+        self.frames, self.buffered = list(frames), b""
+
+    def _conn_read(self, room):
+        got = self.frames.pop(0)
+        if len(got) > room:
+            raise OSError(errno.ENOMEM, "a frame of %d bytes read into %d" % (len(got), room))
+        return got
+
+    def _read(self, want):  # bufio.Reader.Read(p), len(p) == cap(p) == want
+        if not self.buffered:
+            if want >= self.BUFIO:
+                return self._conn_read(want)
+            self.buffered = self._conn_read(self.BUFIO)
+        got, self.buffered = self.buffered[:want], self.buffered[want:]
+        return got
+
+    def read_full(self, count):
+        out = b""
+        while len(out) < count:
+            out += self._read(count - len(out))
+        return out
+
+    def message(self):
+        size, stream, kind, _flags = struct.unpack(">IIBB", self.read_full(10))
+        return stream, kind, self.read_full(size)
+
+
+def answered_frames(channel, runtime, reply):
+    """The frames (connection 1's payloads) of the channel's answer ``reply`` to one request, as the runtime gets
+    them (read beside the answer: a large one does not fit the socket's buffer)."""
+    runtime.sendall(frame(1, 3, 1, request("CreateContainer")))
+    answering = threading.Thread(target=channel.serve, args=(lambda *a: (0, "", reply),), kwargs={"timeout": 5})
+    answering.start()
+    whole = len(PB.Response(payload=reply).SerializeToString()) + 10
+    frames, got = [], 0
+    while got < whole:
+        conn, length = struct.unpack(">II", runtime.recv(8, socket.MSG_WAITALL))
+        frames.append(runtime.recv(length, socket.MSG_WAITALL))
+        assert conn == 1
+        got += length
+    answering.join()
+    return frames
+
+
+@pytest.mark.parametrize("size", [0, 4000, 4076, 4077, 4078, 19265, 1 << 20])
+def test_a_reply_over_4_kib_is_read_whole_by_the_runtime_that_dropped_the_plugin_at_19_kb(pair, size):
+    """containerd 2.4.2 closed kubecpu's NRI connection at a 19,265-byte CreateContainer reply (a Guaranteed container
+    beside 250 shared ones, each updated in the reply) and created the container unpinned: the whole message went as
+    one frame, over the 4 KiB its ttrpc reads a header with. The answer now comes as Go's ttrpc writes it, a first
+    frame of at most 4,096 bytes and the rest in one: the runtime's reader takes every size whole."""
+    channel, runtime = pair
+    reply = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    frames = answered_frames(channel, runtime, reply)
+    assert len(frames[0]) <= 4096 and len(frames) <= 2
+    stream, kind, body = GoReader(frames).message()
+    assert (stream, kind, PB.Response.FromString(body).payload) == (3, 2, reply)
+
+
+def test_the_runtimes_reader_refuses_a_first_frame_over_4_kib_as_containerd_did():
+    """The model above is the runtime's: one frame holding a whole 19 KB message fails it (what kubecpu sent before)."""
+    message = struct.pack(">IIBB", 19265, 3, 2, 0) + b"x" * 19265
+    with pytest.raises(OSError, match="a frame of 19275 bytes read into 4096"):
+        GoReader([message]).message()
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(0, 40000), min_size=1, max_size=4))
+def test_any_messages_the_channel_sends_are_read_whole_by_the_runtime(sizes):
+    """Property: whatever the sizes of the messages sent one after another, the runtime's reader gets each whole."""
+    plugin_side, runtime_side = socket.socketpair()
+    channel = ttrpc.Channel(plugin_side)
+    try:
+        frames = []
+        for size in sizes:
+            frames += answered_frames(channel, runtime_side, b"y" * size)
+        reader = GoReader(frames)
+        for size in sizes:
+            _stream, kind, body = reader.message()
+            assert kind == 2 and PB.Response.FromString(body).payload == b"y" * size
+        assert not reader.frames and not reader.buffered
+    finally:
+        channel.close()
+        runtime_side.close()
