@@ -6,6 +6,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -1005,8 +1006,20 @@ def test_a_failed_non_root_reconcile_says_run_as_root_and_leaves_no_lock(tmp_pat
         with open(topology, "w", encoding="utf-8") as handle:
             json.dump(fixture_as_document("topoDualSocketHT"), handle)
         os.chmod(topology, 0o644)
-        proc = subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
-                               KUBECPU, "reconcile", "--runtime", "cri", "--runtime-endpoint",
+        # the user runs a copy it can read (the checkout or ansible-test's copy may sit in a folder only root reads),
+        # with the system's interpreter (a virtual environment's may be as private)
+        shutil.copytree(os.path.join(ROOT, "plugins", "module_utils"), os.path.join(top, "plugins", "module_utils"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        os.makedirs(os.path.join(top, "bin"))
+        shutil.copy(KUBECPU, os.path.join(top, "bin", "kubecpu"))
+        for folder, dirs, files in os.walk(top):
+            for name in dirs:
+                os.chmod(os.path.join(folder, name), 0o755)
+            for name in files:
+                if name.endswith(".py") or name == "kubecpu":
+                    os.chmod(os.path.join(folder, name), 0o644)
+        proc = subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+                               os.path.join(top, "bin", "kubecpu"), "reconcile", "--runtime", "cri", "--runtime-endpoint",
                                "unix://%s/runtime.sock" % top, "--state", os.path.join(states, "state"), "--topology",
                                topology, "--kubelet-state", os.path.join(top, "none")],
                               capture_output=True, text=True, check=False, env={"PATH": "/usr/bin:/bin"})
