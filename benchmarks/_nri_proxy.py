@@ -110,17 +110,19 @@ class Pair:
                 now = time.monotonic()
                 if not data:
                     break
-                sink.sendall(data)
-                for stream, kind, envelope in reader.feed(data):
-                    if from_runtime and kind == REQUEST:
+                done = []
+                for stream, kind, envelope in reader.feed(data):  # before the bytes go on: a reply to a request
+                    if from_runtime and kind == REQUEST:  # passed on comes back while this thread may be waiting
                         self.pending[stream] = (method_of(envelope), now, len(envelope))
                     elif not from_runtime and kind == RESPONSE and stream in self.pending:
                         method, start, size = self.pending.pop(stream)
-                        line = json.dumps({"conn": self.number, "method": method, "start": start, "end": now,
-                                           "request_bytes": size, "reply_bytes": len(envelope)})
-                        with self.lock:
-                            self.records.write(line + "\n")
-                            self.records.flush()
+                        done.append(json.dumps({"conn": self.number, "method": method, "start": start, "end": now,
+                                                "request_bytes": size, "reply_bytes": len(envelope)}))
+                sink.sendall(data)
+                if done:
+                    with self.lock:
+                        self.records.write("".join(line + "\n" for line in done))
+                        self.records.flush()
         except OSError:
             pass
         finally:

@@ -640,43 +640,49 @@ def _with_hook(binaries, work, storm, logs):
 
 # --- the report ------------------------------------------------------------------------------------------------
 def _reply_row(phase, kind):
-    """(p50 ms, p99 ms, reply bytes p50, notes) of one plugin's replies of ``kind`` in a phase; None without any."""
+    """((p50 ms, p99 ms, reply bytes p50) of one plugin's allocations of ``kind`` in a phase, or None; notes)."""
     if "failed" in phase:
         return None, phase["failed"]
     rows = phase[kind]
+    made = [(sec * 1000, size) for sec, size, refused in rows if not refused]
+    refused = sorted(sec * 1000 for sec, _size, was in rows if was)
     notes = []
-    refused = sum(1 for _s, _b, refused in rows if refused)
     if refused:
-        notes.append("%d refused" % refused)
+        notes.append("%d refused (reply p50 %.1f ms)" % (len(refused), refused[len(refused) // 2]))
     if phase["unanswered"][kind]:
-        notes.append("%d not asked (the plugin was not connected)" % phase["unanswered"][kind])
+        notes.append("%d made while it was not connected" % phase["unanswered"][kind])
     if phase["connections"] > 1:
         notes.append("connected %d times" % phase["connections"])
     if phase["exited"]:
         notes.append("exited")
-    if not rows:
+    if not made:
         return None, ", ".join(notes) or "no reply"
-    p50, p99 = percentiles([sec * 1000 for sec, _b, _r in rows])
-    return (p50, p99, sorted(b for _s, b, _r in rows)[len(rows) // 2], refused), ", ".join(notes)
+    p50, p99 = percentiles([ms for ms, _size in made])
+    return (p50, p99, sorted(size for _ms, size in made)[len(made) // 2]), ", ".join(notes)
 
 
 def _print_replies(levels, samples, names, replies):
-    print("\nCreateContainer reply as containerd waits for it (NRI proxy), %d per row after a warm-up; ratio to the "
-          "best peer whose replies were allocations" % samples)
+    print("\nCreateContainer reply as containerd waits for it (NRI proxy): %d of each kind per plugin after a warm-up; "
+          "p50 and p99 of the allocations, refusals apart; ratio to the best peer" % samples)
     print("   %5s  %-9s  %-15s %8s %8s %8s  %-15s %s" % ("known", "kind", "plugin", "p50 ms", "p99 ms", "reply B",
                                                          "ratio p50/p99", "notes"))
     for level in levels:
         for kind in ("exclusive", "shared"):
             rows = {name: _reply_row(replies[name][level], kind) for name in names if level in replies[name]}
-            peers = [row for name, (row, _n) in rows.items() if name != "kubecpu" and row and not row[3]]
+            peers = [row for name, (row, _n) in rows.items() if name != "kubecpu" and row]
             best = (min(r[0] for r in peers), min(r[1] for r in peers)) if peers else None
             for name, (row, notes) in rows.items():
                 if row is None:
                     print("   %5d  %-9s  %-15s %8s %8s %8s  %-15s %s" % (level, kind, name, "-", "-", "-", "", notes))
                     continue
-                ratio = "%s / %s" % (_ratio(row[0], best[0]), _ratio(row[1], best[1])) if best and not row[3] else ""
+                ratio = "%s / %s" % (_ratio(row[0], best[0]), _ratio(row[1], best[1])) if best else ""
                 print("   %5d  %-9s  %-15s %8.1f %8.1f %8d  %-15s %s" % (level, kind, name, row[0], row[1], row[2],
                                                                        ratio, notes))
+
+
+def _per_minute(measured):
+    """CPU ms per minute from (RSS, % of one CPU); None when not measured."""
+    return None if measured is None else measured[1] * 600
 
 
 def _ratio(value, best):
@@ -698,11 +704,13 @@ def print_report(results):
         "; ".join("%s %s (built in %s s)" % (n, p["version"], p["build_seconds"]) for n, p in sorted(peers.items()))
         or "no peer"))
     _print_replies(levels, samples, names, replies)
-    print("\nResources (RSS MiB; CPU: % of one CPU idle, ms per pod made in the storm); (ratio to the best peer)")
+    print("\nResources (RSS MiB; CPU: ms per minute idle, ms per pod made in the storm); (ratio to the best peer; "
+          "none to a best of 0)")
+    print("   %-24s %s" % ("", "".join("%-24s" % name for name in names)))
     rows = []
     for level in levels:
         rows.append(("RSS idle, %d known" % level, {n: resources[n].get(level, (None,))[0] for n in names}))
-        rows.append(("CPU idle, %d known" % level, {n: resources[n].get(level, (None, None))[1] for n in names}))
+        rows.append(("CPU idle, %d known" % level, {n: _per_minute(resources[n].get(level)) for n in names}))
     rows.append(("RSS peak in the storm", {n: storms[n].get("storm_rss_peak") for n in names}))
     rows.append(("CPU ms per pod, storm", {n: storms[n].get("storm_cpu_ms_per_pod") for n in names}))
     for label, values in rows:
