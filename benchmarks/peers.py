@@ -72,6 +72,7 @@ PYTHON = "/usr/bin/python3"  # the node's interpreter, as the agent role runs th
 PEERS = ("topology-aware", "balloons")
 NAMESPACE = "lab"  # an ordinary namespace: the peers give kube-system and their reserved namespaces CPU 0
 START_TIMEOUT = 60.0  # seconds a plugin may take from its start to its Synchronize answer
+KUBELET_TIMEOUT = 120.0  # seconds a CRI call may take: the kubelet's default runtimeRequestTimeout
 SAMPLE_EVERY = 0.05  # seconds between two readings of every container's cpuset
 SETTLE = 1.5  # seconds without a cpuset change after which the node is taken as settled (--quick: 1 s)
 
@@ -315,15 +316,27 @@ def first_line(pod, name, timeout=3.0):
 
 
 # --- phase 1: replies ------------------------------------------------------------------------------------------
+def new_lab(binaries, **options):
+    """A lab of containerd 2.4.2 with NRI whose CRI calls wait as long as the kubelet's (runtimeRequestTimeout 2m):
+    with 250 containers a call waits for the runtime to apply a reply's updates to each."""
+    lab = lab_module.Lab(binaries=binaries, nri=True, **options)
+    lab.cri_timeout = KUBELET_TIMEOUT
+    return lab
+
+
 def reply_samples(lab, proxy, plugin, count, tag):
     """CreateContainer replies for ``count`` exclusive and ``count`` shared containers, one at a time after a warm-up:
     {kind: [(seconds, reply bytes, refused)], "unanswered": {kind: creations the proxy saw no reply to (the plugin
     was not connected)}, "connections": how many the plugin made meanwhile, "exited": whether it ended}."""
-    windows = []
+    windows, failures = [], 0
     started = time.monotonic()
     for n in range(count + 1):
         for kind, qos, cpu in (("exclusive", "Guaranteed", 1000), ("shared", "Burstable", 100)):
-            pod = lab.run_pod("%s-%s-%d" % (tag, kind, n), qos, [], namespace=NAMESPACE)
+            try:
+                pod = lab.run_pod("%s-%s-%d" % (tag, kind, n), qos, [], namespace=NAMESPACE)
+            except Exception:  # pylint: disable=broad-except  # the runtime's own failure, counted
+                failures += 1
+                continue
             before = time.monotonic()
             refused = False
             try:
@@ -331,12 +344,14 @@ def reply_samples(lab, proxy, plugin, count, tag):
             except Exception:  # pylint: disable=broad-except  # a refusal is a result
                 refused = True
             after = time.monotonic()
-            lab.remove_pod(pod)
+            with contextlib.suppress(Exception):  # removed at the lab's end otherwise
+                lab.remove_pod(pod)
             if n:  # the first of each kind warms up
                 windows.append((kind, before, after, refused))
     records = [r for r in proxy.records() if r["start"] >= started]
     out = {"exclusive": [], "shared": [], "unanswered": {"exclusive": 0, "shared": 0},
-           "connections": len({r["conn"] for r in records}), "exited": plugin.proc.poll() is not None}
+           "connections": len({r["conn"] for r in records}), "exited": plugin.proc.poll() is not None,
+           "sandbox_failures": failures}
     for kind, before, after, refused in windows:
         replies = [r for r in records if r["method"] == "CreateContainer" and before <= r["start"] <= after]
         if replies:
@@ -546,7 +561,7 @@ def run(quick, logs=None):
     started = time.monotonic()
     load = [_loadavg()]
     with tempfile.TemporaryDirectory(prefix="kubecpu-peers-") as work, shared_mounts(work, names[1:]):
-        with lab_module.Lab(binaries=binaries, nri=True) as lab:
+        with new_lab(binaries) as lab:
             proxy = Proxy(work, lab.nri_socket)
             try:
                 state = os.path.join(work, "kubecpu-state", "state")
@@ -582,8 +597,8 @@ def run(quick, logs=None):
                 for name in names:
                     try:
                         storms[name] = storm_kill_restart(lab, plugins[name], storm)
-                    except RuntimeError as exc:  # the plugin did not synchronize: said, and the others measured
-                        storms[name] = {"failed": str(exc).splitlines()[0]}
+                    except Exception as exc:  # pylint: disable=broad-except  # said, and the others measured
+                        storms[name] = {"failed": "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0])}
                     progress(started, "%s: storm, kill, restart" % name)
             finally:
                 proxy.close()
@@ -626,7 +641,7 @@ def _with_hook(binaries, work, storm, logs):
     base = os.path.join(hooked, "base-spec.json")
     with open(base, "w", encoding="utf-8") as handle:
         json.dump(with_hook(spec, hook_entry(PYTHON, KUBECPU, config, 10)), handle)
-    with lab_module.Lab(binaries=binaries, nri=True, base_spec=base) as lab:
+    with new_lab(binaries, base_spec=base) as lab:
         proxy = Proxy(hooked, lab.nri_socket)
         try:
             plugin = Plugin("kubecpu-hooked", kubecpu_argv(proxy.socket, state), hooked, proxy)
@@ -655,6 +670,8 @@ def _reply_row(phase, kind):
         notes.append("connected %d times" % phase["connections"])
     if phase["exited"]:
         notes.append("exited")
+    if phase["sandbox_failures"]:
+        notes.append("%d pods the runtime did not make" % phase["sandbox_failures"])
     if not made:
         return None, ", ".join(notes) or "no reply"
     p50, p99 = percentiles([ms for ms, _size in made])
