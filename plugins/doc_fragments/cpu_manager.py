@@ -170,7 +170,7 @@ options:
   exclusive_burstable:
     description:
       - Beyond the kubelet. Give exclusive CPUs to the containers of a Burstable pod that its annotation
-        C(cpu-exclusive.kubecpu.io) names (container names separated by commas, C(app,db)): each with a CPU request
+        C(cpu-exclusive.kubecpu.io) names (container names separated by commas, C(app,db)); each with a CPU request
         of a whole number of CPUs (its limit absent or equal) gets that many, chosen by the static policy with its
         options and the Topology Manager, as a Guaranteed pod's container would. Their entries are in kubecpu's state
         file only, never in a checkpoint written for a kubelet.
