@@ -694,7 +694,7 @@ def _print_replies(levels, samples, names, replies):
                     continue
                 ratio = "%s / %s" % (_ratio(row[0], best[0]), _ratio(row[1], best[1])) if best else ""
                 print("   %5d  %-9s  %-15s %8.1f %8.1f %8d  %-15s %s" % (level, kind, name, row[0], row[1], row[2],
-                                                                       ratio, notes))
+                                                                         ratio, notes))
 
 
 def _per_minute(measured):
@@ -762,13 +762,13 @@ def print_report(results):
         moved = {n: t for n, t in intrusion.items() if n not in still}
         print("      on the owner's CPUs after the kill: %d containers; %d moved off them, %.1f s the longest; %d "
               "still on them when settled %s" % (len(intrusion), len(moved), max(moved.values() or [0]),
-                                                  len(still), still[:4]))
+                                                 len(still), still[:4]))
         print("      restarted: synchronized %.2f s after its start, settled %.2f s after it; the owner on %s" % (
             report["restart_to_sync"], report["settled_after_restart"], report["after_kill"].get("owner", "-")))
         print("      restarted again (SIGTERM, start) with %d containers running: %d cpusets changed %s; then %d "
               "others on the owner's CPUs" % (report["restart_running"], len(report["restart_changed"]),
-                                               dict(list(report["restart_changed"].items())[:4]),
-                                               len(report["restart_sharing_owner"])))
+                                              dict(list(report["restart_changed"].items())[:4]),
+                                              len(report["restart_sharing_owner"])))
 
 
 def main():

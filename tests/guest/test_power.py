@@ -56,7 +56,7 @@ def test_the_agent_limits_an_annotated_pods_c_states_and_gives_them_back(tmp_pat
         wait_for(lambda: latencies() == want, 120, "pm_qos_resume_latency_us of %s at 20 and of %s at n/a (have %s)"
                  % (sorted(held_calm), sorted(held_still), latencies()))
         print("before %s; during (calm %s, still %s) %s" % (before, sorted(held_calm), sorted(held_still),
-                                                             latencies()))
+                                                            latencies()))
         assert os.path.exists(agent.state + ".power.json")
         wait_for(lambda: agent.metric("kubecpu_cpu_power_cpus") == 4, 60, "the power gauge at 4 CPUs")
         plan = kubecpu("reconcile", "--check", "--reserved-cpus", "0", "--cpu-power", *node_flags(lab21, agent.state))

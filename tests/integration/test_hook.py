@@ -147,7 +147,7 @@ def test_an_app_container_reuses_its_finished_init_containers_cpu(node):
     1. The hook allocates the app container in its pod as containerd lists it, so it reuses the finished init
     container's CPU 1 (before, it was allocated alone, found no free CPU and was refused)."""
     pod = node.lab.run_pod("init-reuse", "Guaranteed", [{"name": "init", "cpu": 1000, "command": ["/bin/sh", "-c",
-                                                                                                   "exit 0"]}])
+                                                                                                  "exit 0"]}])
     node.made.append(pod)
     runtime = CRIRuntime(node.lab.endpoint, 5.0)
     until(lambda: any(c.name == "init" and c.state == EXITED for c in runtime.list_containers()),

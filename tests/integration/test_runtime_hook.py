@@ -192,7 +192,7 @@ def test_on_cri_o_the_hooks_d_file_places_containers_before_their_first_instruct
             lab.run_pod("late", "Guaranteed", [{"name": "app", "cpu": 1000, "command": FIRST_LINE}])
         # a container the kubelet did not ask for (no restart count: podman's, say) is not run through the hook at all
         plain = lab.run_pod("plain", "Guaranteed", [{"name": "app", "cpu": 1000, "command": FIRST_LINE,
-                                                      "annotations": {}}])
+                                                     "annotations": {}}])
         assert first_line(plain) == "0-1"
         lab.remove_pod(plain)
         assert json.loads((tmp_path / "state").read_text())["entries"] == {app["uid"]: {"app": "1"}}

@@ -217,7 +217,7 @@ def test_when_the_runtime_cannot_show_the_pod_the_hook_refuses_rather_than_guess
     ("Burstable", 1500, True, "db", None),  # not named: shared, whatever its request
 ])
 def test_the_hook_refuses_a_named_container_it_cannot_pin_naming_it_and_why(node, qos, milli, limit, annotation,
-                                                                             why):
+                                                                            why):
     made = node.container(qos, milli, name="app", pod_annotations={KEY: annotation}, limit=limit)
     if why is None:
         assert hook(node).run(io.BytesIO(made["stdin"])).action in ("allocated", "passed")
@@ -267,7 +267,7 @@ def nri_container(uid, name, milli, qos="Burstable", limit=0):
 
 def nri_create(plugin, uid, name, milli, notes, limit=0):
     request = PB.CreateContainerRequest(pod=nri_pod(uid, notes=notes), container=nri_container(uid, name, milli,
-                                                                                                 limit=limit))
+                                                                                               limit=limit))
     return plugin.handle(PLUGIN_SERVICE, "CreateContainer", request.SerializeToString(), 0)
 
 

@@ -150,13 +150,13 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     service_args(p, "pass", '"kubelet_state": "/var/lib/kubelet/cpu_manager_state"')
     state_args(p)
     runtime_args(p, kubelet_state="the kubelet's checkpoint: interrupts are kept off the CPUs it assigns "
-                  "exclusively")
+                 "exclusively")
     p.set_defaults(irq_isolation="exclusive")  # after --irq-isolation was added: its default changed
     unlisted(p, "--policy", "--num-reserved", "--reserved-cpus", "--read-only",
-              "--force", "--cache", "--isolated-cpus", "--align-memory", "--cpu-quota",
-              "--besteffort-idle", "--cpu-burst", "--topology-manager-policy", "--topology-manager-scope",
-              "--topology-manager-option", "--option", "--exclusive-burstable", "--system-partition",
-              "--system-namespaces", "--system-priority-classes")  # the kubelet's checkpoint and the interrupts only
+             "--force", "--cache", "--isolated-cpus", "--align-memory", "--cpu-quota",
+             "--besteffort-idle", "--cpu-burst", "--topology-manager-policy", "--topology-manager-scope",
+             "--topology-manager-option", "--option", "--exclusive-burstable", "--system-partition",
+             "--system-namespaces", "--system-priority-classes")  # the kubelet's checkpoint and the interrupts only
     shorten_usage(p, ("--check", "--loop", "--period", "--config"))
 
     p = sub.add_parser("defrag", **texts("defrag"))
@@ -208,7 +208,7 @@ def _hook_parser(sub: Any) -> None:
     state_args(p)
     runtime_args(p)
     unlisted(p, "--runtime", "--runtime-endpoint", "--crictl", "--runtime-timeout", "--cache", "--align-memory",
-              "--cpu-quota", "--besteffort-idle", "--cpu-burst", "--metrics-path")  # the cgroup's cpuset only: the
+             "--cpu-quota", "--besteffort-idle", "--cpu-burst", "--metrics-path")  # the cgroup's cpuset only: the
     # agent's pass sets the rest
     shorten_usage(p, ("--lock-timeout", "--config"))
 

@@ -203,7 +203,8 @@ class Judge:
     def _merge(self, state: CPUState, pod: Pod, cpu: Hints, names: Sequence[str]) -> Tuple[Optional[List[int]],
                                                                                            Optional[Refusal]]:
         manager = self.manager
-        assert manager is not None
+        if manager is None:  # set by re-admission before any merge: a caller's mistake, not the kubelet's verdict
+            raise StateError("the judge merges hints only while it admits pods")
         nodes = self.memory_hint(pod.uid, names)
         memory = None if nodes is None else [TopologyHint(tuple(nodes), True)]
         devices = self._device_hints(pod.uid, names)
@@ -215,7 +216,7 @@ class Judge:
         topo = self.policy.topology
         where = sorted({topo.loc[cpu][2] for cpu in held if cpu in topo.loc})
         devices_on = sorted(frozenset().union(*(on for name in names
-                                                 for on in self.devices.get((pod.uid, name), {}).values())))
+                                                for on in self.devices.get((pod.uid, name), {}).values())))
         detail = ("topology manager policy %s, scope %s, rejects CPUs %s on NUMA node(s) %s%s%s when the restarted "
                   "kubelet admits the pod again (CPU hints %s, memory hints %s)"
                   % (manager.policy, self.scope, held or "none", where, "" if nodes is None else

@@ -53,7 +53,7 @@ def in_move_order(plan: Plan, updates: List[Action]) -> List[Action]:
 
 
 def shrink_first(plan: Plan, updates: List[Action],
-                  moving: Set[Tuple[str, str]]) -> Tuple[List[Action], List[Action]]:
+                 moving: Set[Tuple[str, str]]) -> Tuple[List[Action], List[Action]]:
     """The shared containers' updates split around the moves: first to the CPUs shared before and after, without
     those a swap passes through (no shared container on a CPU a moving one still holds or passes through), then,
     once the moves are done, to the pool after (the second list)."""

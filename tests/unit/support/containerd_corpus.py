@@ -47,7 +47,7 @@ CASES: Dict[str, Dict[str, str]] = {
                             " = true\n" % R3,
         "conf.d/notes.txt": "not a .toml: not imported\n"},
     "no runc table: one appended (63.7)": {"config.toml": GRPC3 + "\n[plugins.'io.containerd.cri.v1.images']\n"
-                                                          "  snapshotter = 'overlayfs'\n"},
+                                           "  snapshotter = 'overlayfs'\n"},
     "an empty placeholder (63.7)": {"config.toml": "# containerd's configuration: see containerd config default\n"},
     "a zero-byte placeholder": {"config.toml": ""},
     "CRLF, the operator's base spec (63.7)": {

@@ -58,10 +58,10 @@ class FakeRuntime(RuntimeBase):
                                         milli_to_shares(milli), milli_to_quota(limit), 100000,
                                         64 << 20 if qos == "Guaranteed" else 0, exit_code,
                                         self.clock + 5 if state == EXITED else 0)
-        for controller, name, value in () if made else (
-                ("cpuset", "cpuset.cpus", self.all_cpus), ("cpuset", "cpuset.mems", self.mems),
-                                        ("cpu", "cpu.cfs_quota_us", str(milli_to_quota(limit) or -1)),
-                                        ("cpu", "cpu.cfs_period_us", "100000")):
+        files = () if made else (("cpuset", "cpuset.cpus", self.all_cpus), ("cpuset", "cpuset.mems", self.mems),
+                                 ("cpu", "cpu.cfs_quota_us", str(milli_to_quota(limit) or -1)),
+                                 ("cpu", "cpu.cfs_period_us", "100000"))
+        for controller, name, value in files:
             self.write(controller, path, name, value)
             pod = path.rsplit("/", 1)[0]
             if not os.path.exists(os.path.join(self.root, controller, pod.lstrip("/"), name)):

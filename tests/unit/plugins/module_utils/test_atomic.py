@@ -24,8 +24,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.resize im
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.node.state_store import StateStore
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations import daemon_dropins
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.runtime_hook import (Containerd,
-                                                                                                   hook_entry,
-                                                                                                   install_crio)
+                                                                                                  hook_entry,
+                                                                                                  install_crio)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.irqbalance import IrqBalance
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.containerd_corpus import containerd_reads, write_case
 

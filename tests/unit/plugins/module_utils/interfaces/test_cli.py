@@ -760,7 +760,7 @@ def read_node(tmp_path_factory):
     (tmp / "agent.json").write_text(json.dumps({"runtime_timeout": 1}))
     (tmp / "pod.json").write_text(json.dumps({"uid": "a06b0ffe-e387-47dc-90e2-339fa3fc242a", "name": "p",
                                               "namespace": "n", "containers": [
-        {"name": "main", "cpu_request": "1", "cpu_limit": "1", "memory_request": "1Gi", "memory_limit": "1Gi"}]}))
+                                                  {"name": "main", "cpu_request": "1", "cpu_limit": "1", "memory_request": "1Gi", "memory_limit": "1Gi"}]}))
     values = {"tmp": str(tmp), "state": str(state), "root": root, "topology": str(tmp / "two-numa.json"),
               "crictl": common[common.index("--crictl") + 1], "cgroup": common[common.index("--cgroup-root") + 1]}
     return tmp, values
@@ -852,7 +852,7 @@ def _extras(actions, chosen):
     extra = []
     for action, value in chosen:
         extra += [action.option_strings[-1]] if READ_VALUES[action.dest] is None else [action.option_strings[-1],
-                                                                                      value]
+                                                                                       value]
     return extra
 
 

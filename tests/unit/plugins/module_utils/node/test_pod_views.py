@@ -96,7 +96,7 @@ def test_a_running_pods_finished_init_container_is_allocated_first_and_its_cpus_
     its app container takes those same CPUs. A pod already holding CPUs, or with nothing running, gets no entry for a
     finished init container."""
     pairs = [pair("init000001", "setup", 10, state=EXITED, finished=20, milli=2000), pair("app0000001", "app", 30,
-                                                                                           milli=2000)]
+                                                                                          milli=2000)]
     state, plan = _allocate_all(pairs)
     assert str(state.get("u1", "setup")) == "1-2" and str(state.get("u1", "app")) == "1-2"
     assert [(a.container, a.reason) for a in plan.actions] == [

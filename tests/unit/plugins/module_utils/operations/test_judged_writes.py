@@ -2,7 +2,8 @@
 (1-2 sockets, 2 or 4 cores each, 1-2 threads, 1-2 NUMA nodes per socket), configurations (full-pcpus-only,
 strict-cpu-reservation, reserved sets, Topology Manager policy and scope), pod sets admitted as the kubelet admits
 them (init containers whose CPUs the app containers reuse, sidecars, the pod scope, memory the Memory Manager pinned
-and devices the Device Manager allocated on the pods' NUMA nodes), some of which then end (a fragmented node), and changes (a new reservation, policy options and Topology Manager). The no-drain
+and devices the Device Manager allocated on the pods' NUMA nodes), some of which then end (a fragmented node), and
+changes (a new reservation, policy options and Topology Manager). The no-drain
 rewrite, adoption (none -> static), the rebuild and the defragmentation each either produce a file the restarted
 kubelet accepts, or refuse and say the change needs a drain (or which container does not fit, and why).
 

@@ -585,7 +585,7 @@ def test_the_chosen_process_always_passes_every_check(processes, told):
     assert found.passed == passing
     assert (found.chosen.pid if found.chosen else None) == (passing[0] if passing else None)
     assert sorted(pid for pid, _why in found.refused) == sorted(pid for pid, outcome in outcomes.items()
-                                                                 if outcome == "refused")
+                                                                if outcome == "refused")
 
 
 def _outcome(how, told):

@@ -203,7 +203,7 @@ def test_an_empty_file_gets_the_version_the_running_containerd_writes(tmp_path, 
 @pytest.mark.parametrize("version", ["v2.1.9", "v2.4.2"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_corpus_case_installs_once_keeps_the_operators_spec_and_comes_back_byte_for_byte(tmp_path, case,
-                                                                                                version):
+                                                                                               version):
     """For each configuration: containerd runs kubecpu's spec after install, made from the base spec it ran with
     before (the operator's rlimits kept) with the hook added; a second install changes nothing; absent gives every
     file back byte for byte, and containerd the base spec it had."""

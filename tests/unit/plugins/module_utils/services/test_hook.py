@@ -430,7 +430,10 @@ def test_init_containers_do_not_hoard_exclusive_cpus_in_hook_mode(tmp_path):
     tenant's 1-CPU Guaranteed pod is placed, not refused."""
     node = Node(tmp_path, False)
     runtime = FakeRuntime(str(node.cgroup))
-    run = lambda made: Hook(node.config(), lock_timeout=0.3, runtime=lambda: runtime).run(io.BytesIO(made["stdin"]))
+
+    def run(made):
+        return Hook(node.config(), lock_timeout=0.3, runtime=lambda: runtime).run(io.BytesIO(made["stdin"]))
+
     first = node.container("Guaranteed", 3000, name="init-1")
     uid = first["uid"]
     assert run(first).action == "allocated"

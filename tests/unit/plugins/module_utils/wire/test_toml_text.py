@@ -9,8 +9,8 @@ import tomllib
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.wire.toml_text import (decode_string,
-                                                                                           is_plain_string,
-                                                                                           statements, strings_in)
+                                                                                         is_plain_string,
+                                                                                         statements, strings_in)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -90,8 +90,8 @@ def documents(draw):
             value = draw(values())
             literal = draw(st.sampled_from([" . ", "."])).join(key_literal(draw, part) for part in dotted)
             lines.append("%s%s%s=%s%s%s" % (draw(st.sampled_from(["", "    "])), literal, draw(st.sampled_from(["", " "])),
-                                             draw(st.sampled_from(["", " "])), value,
-                                             draw(st.sampled_from(["", "  ", " # with = and [x] 'q'"]))))
+                                            draw(st.sampled_from(["", " "])), value,
+                                            draw(st.sampled_from(["", "  ", " # with = and [x] 'q'"]))))
             expected.setdefault(table, {})[dotted] = value
         lines.extend(draw(st.sampled_from([[], [""], ["# only a comment"]])))
     eol = draw(st.sampled_from(["\n", "\r\n"]))
