@@ -110,7 +110,7 @@ class Node:
             return handle.read()
 
     def variables(self):
-        gates = {name: value for name, value in self.kubelet.gates}
+        gates = dict(self.kubelet.gates)
         return {
             "kubelet_cpu_manager_service": "kubelet", "kubelet_cpu_manager_state_path": self.path,
             "kubelet_cpu_manager_config_path": self.config, "kubelet_cpu_manager_policy": "static",

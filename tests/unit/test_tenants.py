@@ -287,8 +287,8 @@ def test_the_reviews_pod_of_init_3_init_3_app_1_holds_3_cpus_in_every_mode(tmp_p
     for mode in MODES:
         cluster = Cluster(mode, tmp_path / mode)
         cluster.start(spec)
-        (uid,) = cluster.pods
-        for _ in spec["containers"]:
+        uid = next(iter(cluster.pods))
+        for _container in spec["containers"]:
             cluster.step(uid)
             cluster.check()
         state = StateStore(cluster.node.state, read_only=True).load()
@@ -312,8 +312,8 @@ def test_a_burstable_pods_named_containers_hold_what_they_are_charged_in_every_m
     for mode in MODES:
         cluster = Cluster(mode, tmp_path / mode)
         cluster.start(spec)
-        (uid,) = cluster.pods
-        for _ in spec["containers"]:
+        uid = next(iter(cluster.pods))
+        for _container in spec["containers"]:
             cluster.step(uid)
             cluster.check()
         state = StateStore(cluster.node.state, read_only=True).load()

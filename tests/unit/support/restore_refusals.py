@@ -113,7 +113,7 @@ class File:
         ``inner``: in ``data``, its dataChecksum kept right."""
         pairs = self.data if inner else self.pairs
         assert pairs is not None
-        at = [n for n, (name, _) in enumerate(pairs) if name == key]
+        at = [n for n, (name, _value) in enumerate(pairs) if name == key]
         if literal is None:
             pairs[:] = [pair for pair in pairs if pair[0] != key]
         elif at:
@@ -363,7 +363,7 @@ def where(text: str, known: List[Tuple[List[str], str]]) -> List[str]:
                 found.add((start, -sum(map(len, parts)), at))
                 break
             start = text.find(parts[0], start + 1)
-    return [at for _, _, at in sorted(found)]
+    return [at for _first, _second, at in sorted(found)]
 
 
 def record(out: str, go_version: str, runs: List[str]) -> None:

@@ -310,7 +310,7 @@ def test_kubelet_config_reads_no_gates_from_a_process_only_named_kubelet(root, t
     impostor.chmod(0o755)
     process = subprocess.Popen([str(impostor), "--feature-gates=PodLevelResourceManagers=true"])
     try:
-        for _ in range(100):  # until the shell runs the script under its name
+        for _try in range(100):  # until the shell runs the script under its name
             with open("/proc/%d/comm" % process.pid, "rb") as handle:
                 if handle.read().strip() == b"kubelet":
                     break

@@ -212,7 +212,7 @@ def test_an_irqbalance_file_that_cannot_be_written_does_not_keep_the_daemon_from
     isolate, root, _clock = isolation(tmp_path, {24: "0-7"}, balance=balance)
     record = tmp_path / "state.irq.json"
     try:
-        for _ in range(2):
+        for _pass in range(2):
             plan = Plan(CPUState("static", ONLINE))
             isolate_in_pass(isolate, plan, CPUSet.parse("4-7"), True)
             assert plan.errors == [{"kind": "irq", "error": "cannot write %s: Read-only file system"

@@ -96,7 +96,7 @@ def _admit(topo, which, pods, pin):
             continue
         state = attempt
         admitted.append(pod)
-        held = {name: cpus for name, cpus in state.entries.get(pod.uid, {}).items()}
+        held = dict(state.entries.get(pod.uid, {}))
         whole = frozenset(topo.loc[c][2] for cpus in held.values() for c in cpus)
         for name, cpus in held.items():
             nodes = whole if which[3] == "pod" else frozenset(topo.loc[c][2] for c in cpus)

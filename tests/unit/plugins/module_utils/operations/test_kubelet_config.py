@@ -349,7 +349,8 @@ class FakeProc:
         self.link = str(root / "opt" / "kubelet-link")
         os.symlink(self.binary, self.link)
 
-    def add(self, pid, *, comm=b"kubelet", uid=(0, 0), cgroup=V2, exe=None, args=REAL_ARGS, omit=()):
+    def add(self, pid, *, comm=b"kubelet", uid=(0, 0), cgroup=V2, exe=None, args=None, omit=()):
+        args = REAL_ARGS if args is None else args
         base = self.proc / str(pid)
         base.mkdir()
         exe = self.binary if exe is None else exe

@@ -328,7 +328,11 @@ def test_every_runtime_error_says_container_runtime_unavailable_once(error):
     """Issue 64: every failed pass logged ``container runtime unavailable: container runtime unavailable: ...`` (the
     CRI and crictl backends' errors already say it, the agent said it again). Said once, whichever said it."""
     node, clock = Node(down=1), Clock()
-    node.reconcile = lambda apply=True: (_ for _ in ()).throw(error)
+
+    def reconcile(apply=True):
+        raise error
+
+    node.reconcile = reconcile
     loop, log = agent(node, clock, max_passes=1)
     loop.run()
     message = next(e["msg"] for e in events(log) if e["level"] == "error")
