@@ -73,6 +73,7 @@ PEERS = ("topology-aware", "balloons")
 NAMESPACE = "lab"  # an ordinary namespace: the peers give kube-system and their reserved namespaces CPU 0
 START_TIMEOUT = 60.0  # seconds a plugin may take from its start to its Synchronize answer
 KUBELET_TIMEOUT = 120.0  # seconds a CRI call may take: the kubelet's default runtimeRequestTimeout
+CGROUP_ROOT = "/kubecpu-peers"  # the pods' cgroupRoot (PeerLab)
 SAMPLE_EVERY = 0.05  # seconds between two readings of every container's cpuset
 SETTLE = 1.5  # seconds without a cpuset change after which the node is taken as settled (--quick: 1 s)
 
@@ -316,12 +317,33 @@ def first_line(pod, name, timeout=3.0):
 
 
 # --- phase 1: replies ------------------------------------------------------------------------------------------
+class PeerLab(lab_module.Lab):
+    """The lab's containerd with its pods below a cgroupRoot of their own (CGROUP_ROOT, as a kubelet run with
+    ``--cgroup-root``): an allocating OCI hook of another lab on this machine walks /kubepods for the containers on
+    the CPU it takes and moves them off (one moved this benchmark's Guaranteed container once); these pods are not
+    there. Each plugin reads the QoS class from the path as before (kubecpu below any cgroupRoot, the peers from the
+    words "burstable" and "besteffort" in it)."""
+
+    def pod_parent(self, qos, uid):
+        return CGROUP_ROOT + super().pod_parent(qos, uid)
+
+
 def new_lab(binaries, **options):
     """A lab of containerd 2.4.2 with NRI whose CRI calls wait as long as the kubelet's (runtimeRequestTimeout 2m):
     with 250 containers a call waits for the runtime to apply a reply's updates to each."""
-    lab = lab_module.Lab(binaries=binaries, nri=True, **options)
+    lab = PeerLab(binaries=binaries, nri=True, **options)
     lab.cri_timeout = KUBELET_TIMEOUT
     return lab
+
+
+def remove_cgroup_root():
+    """The QoS and top cgroups the runtime made below CGROUP_ROOT, once their pods are gone (each hierarchy)."""
+    unified = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+    roots = ["/sys/fs/cgroup"] if unified else [os.path.join("/sys/fs/cgroup", n) for n in os.listdir("/sys/fs/cgroup")]
+    for root in roots:
+        for below in ("/kubepods/burstable", "/kubepods/besteffort", "/kubepods", ""):
+            with contextlib.suppress(OSError):
+                os.rmdir(root + CGROUP_ROOT + below)
 
 
 def reply_samples(lab, proxy, plugin, count, tag):
@@ -425,6 +447,7 @@ def storm_kill_restart(lab, plugin, storm):
             report["refused_before"] += 1
         else:
             watch.track("owner", owner["containers"]["c0"])
+            report["owner_first"] = first_line(owner, "c0")
         for n in range(before_count):
             pod, error = make_pod(lab, "before-%d" % n, SHARED_KINDS[n % len(SHARED_KINDS)])
             pods.append(pod)
@@ -563,13 +586,12 @@ def run(quick, logs=None):
     with tempfile.TemporaryDirectory(prefix="kubecpu-peers-") as work, shared_mounts(work, names[1:]):
         with new_lab(binaries) as lab:
             proxy = Proxy(work, lab.nri_socket)
+            state = os.path.join(work, "kubecpu-state", "state")
+            os.makedirs(os.path.dirname(state))
+            plugins = {"kubecpu": Plugin("kubecpu", kubecpu_argv(proxy.socket, state), work, proxy)}
+            for name in names[1:]:
+                plugins[name] = Plugin(name, peer_argv(peers[name]["path"], name, work, proxy.socket), work, proxy)
             try:
-                state = os.path.join(work, "kubecpu-state", "state")
-                os.makedirs(os.path.dirname(state))
-                plugins = {"kubecpu": Plugin("kubecpu", kubecpu_argv(proxy.socket, state), work, proxy)}
-                for name in names[1:]:
-                    plugins[name] = Plugin(name, peer_argv(peers[name]["path"], name, work, proxy.socket), work,
-                                           proxy)
                 lab.run_pod("warm", "BestEffort", [])  # the images and runc in the page cache
                 backlog = []
                 for level in levels:
@@ -601,12 +623,15 @@ def run(quick, logs=None):
                         storms[name] = {"failed": "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0])}
                     progress(started, "%s: storm, kill, restart" % name)
             finally:
+                for plugin in plugins.values():  # a failure above leaves none running
+                    plugin.stop()
                 proxy.close()
                 shutil.copy(os.path.join(lab.dir, "daemon.log"), os.path.join(work, "containerd.log"))
                 if logs:
                     keep(work, logs)
         storms["kubecpu + hook"] = _with_hook(binaries, work, storm, logs)
         progress(started, "kubecpu with its hook: storm, kill, restart")
+    remove_cgroup_root()
     load.append(_loadavg())
     print_report({"quick": quick, "peers": peers, "levels": levels, "samples": samples, "sizes": sizes,
                   "names": names, "replies": replies, "resources": resources, "storms": storms,
@@ -748,8 +773,8 @@ def print_report(results):
         guaranteed = next((p for p in made if p["qos"] == "Guaranteed"), {})
         intrusion = report["intrusion"]
         print("   %s:" % name)
-        print("      owner's CPUs before the kill: %s; refused before the kill: %d" % (
-            report["owner_before"] or "-", report["refused_before"]))
+        print("      the Guaranteed owner's first CPUs %s, before the kill %s; pods refused before the kill: %d" % (
+            report.get("owner_first") or "-", report["owner_before"] or "-", report["refused_before"]))
         print("      made while it was gone (%.1f s): %d created, first CPUs %s; %d refused%s" % (
             report["outage_seconds"], len(made) - len(refused), dict(firsts), len(refused),
             (" (" + refused[0] + ": " + next(p["error"] for p in made if not p["created"]) + ")") if refused else ""))
