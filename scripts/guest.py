@@ -85,6 +85,11 @@ NICE = -5
 # host's builds), and with it the in-guest pytest that wrote its report over it (a broken pipe)
 SERVER_ALIVE_MAX = 600
 SERVER_ALIVE_INTERVAL = 15  # seconds between ssh's keep-alives on it
+SSH_CONNECT_TIMEOUT = 60  # seconds for a new connection's TCP and banner: a starved guest's sshd answers slowly
+SSH_CONNECT_ATTEMPTS = 3  # a command whose connection never opened (the command never ran) is tried again
+# what ssh says when a connection never opened (its other exit-255 cases, a connection lost mid-command, are final)
+NEVER_CONNECTED = ("ssh: connect to host", "banner exchange", "kex_exchange_identification",
+                   "Connection closed by 127.0.0.1", "Connection reset by 127.0.0.1", "mux_client_request_session")
 BOOT_TIMEOUT = 480.0  # seconds from QEMU's start to SSH and "running": 60-100 s idle, 180-210 s beside the suite
 APART_POLL = 1.0  # seconds between looks at the share for a command run apart from the SSH session (Guest.run_apart)
 with open(os.path.join(ROOT, "scripts", "guest_zipcache.py"), encoding="utf-8") as _source:
@@ -397,8 +402,9 @@ class Guest:
         The connection lasts as long as the guest (``stop`` ends it): with ``ControlPersist=300`` it ended during a
         386 s playbook of the kubelet role's (Ansible has connections of its own), and the next command's new one
         failed (exit 255) on a starved guest on 2026-12-02."""
-        return ["ssh", "-q", "-i", self.key, "-p", str(self.port), "-o", "StrictHostKeyChecking=no",
-                "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+        return ["ssh", "-i", self.key, "-p", str(self.port), "-o", "StrictHostKeyChecking=no",
+                "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
+                "-o", "ConnectTimeout=%d" % SSH_CONNECT_TIMEOUT,
                 "-o", "ServerAliveInterval=%d" % SERVER_ALIVE_INTERVAL,
                 "-o", "ServerAliveCountMax=%d" % (SERVER_ALIVE_MAX // SERVER_ALIVE_INTERVAL),
                 "-o", "LogLevel=ERROR", "-o", "ControlMaster=auto",
@@ -411,14 +417,21 @@ class Guest:
             stdin: Optional[str] = None) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
         """``argv`` run in the guest (quoted for its shell); the completed process, output as text."""
         command = GUEST_ENV + " ".join(_quote(part) for part in argv)
-        try:
-            result = subprocess.run(self.ssh_argv() + ["--", command], capture_output=True, text=True,
-                                    timeout=timeout, check=False, input=stdin)
-        except subprocess.TimeoutExpired as exc:
-            raise GuestError("in the guest, %s: no end within %.0f s" % (command, timeout)) from exc
+        deadline = time.monotonic() + timeout
+        for attempt in range(1, SSH_CONNECT_ATTEMPTS + 1):
+            try:
+                result = subprocess.run(self.ssh_argv() + ["--", command], capture_output=True, text=True,
+                                        timeout=max(1.0, deadline - time.monotonic()), check=False, input=stdin)
+            except subprocess.TimeoutExpired as exc:
+                raise GuestError("in the guest, %s: no end within %.0f s" % (command, timeout)) from exc
+            if result.returncode != 255 or not _never_connected(result.stderr):
+                break
+            print("guest %s: no SSH connection for %s (attempt %d): %s" % (
+                self.name, command, attempt, result.stderr.strip()), file=sys.stderr)
         if check and result.returncode != 0:
-            raise GuestError("in the guest, %s: exit %d\n%s%s" % (command, result.returncode, result.stdout,
-                                                                  result.stderr))
+            raise GuestError("in the guest, %s: exit %d\n%s%s%s" % (
+                command, result.returncode, result.stdout, result.stderr,
+                "\nthe console's end:\n" + self.log() if result.returncode == 255 else ""))
         return result
 
     def run(self, argv: Sequence[str], timeout: float = 600, output: Optional[IO[bytes]] = None) -> int:
@@ -752,6 +765,11 @@ def _in_guest(guest: Guest, argv: Sequence[str], what: str) -> None:
     code = guest.run(argv, output=subprocess.DEVNULL)  # type: ignore[arg-type]
     if code:
         raise GuestError("%s: exit %d" % (what, code))
+
+
+def _never_connected(stderr: str) -> bool:
+    """Whether ssh's exit 255 came before the command ran (no connection, or none usable): safe to try again."""
+    return any(text in stderr for text in NEVER_CONNECTED)
 
 
 def _quote(text: str) -> str:
