@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import Any, Callable, Dict, List, Optional, Set, TextIO, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, TextIO, Tuple
 
 from ..errors import (ConnectionBroken, ContainerNotFoundError, HousekeepingError, KubecpuError, KubeletPinsError,
-                      MessageError, PodSpecError, StateError, StoreError)
+                      MessageError, PodSpecError, RuntimeTimeoutError, StateError, StoreError)
 from ..kubelet.cpuset import CPUSet
 from ..node.exclusive import refused_in
 from ..node.housekeeping import kept_off
@@ -50,6 +50,10 @@ from ..wire.ttrpc import INTERNAL, INVALID_ARGUMENT, OK, POLL, UNIMPLEMENTED, UN
 from .agent import say, write_metrics
 
 DEFAULT_REQUEST_TIMEOUT = 2.0
+# Seconds for the runtime's answer to UpdateContainers, which it sends after applying every update: at 250 containers
+# on containerd 2.4.2 the request timeout of 2 s ran out and the plugin reconnected 11 times in one storm
+# (benchmarks/peers.py, 2026-12-07); the kubelet gives a CRI update 2 minutes
+UPDATE_CONTAINERS_TIMEOUT = 120.0
 EVENTS = event_mask(CREATE_CONTAINER, UPDATE_CONTAINER, STOP_CONTAINER, REMOVE_CONTAINER)
 Fields = Dict[str, Any]
 
@@ -223,14 +227,33 @@ class NRIPlugin:
             write_metrics(self.metrics, self.metrics_path, self.log)
 
     def _send_unsolicited(self) -> None:
+        """The updates of the passes that no reply carried (a release, a removal), in one UpdateContainers. The
+        runtime applies every update before it answers, so the call has a timeout of its own
+        (UPDATE_CONTAINERS_TIMEOUT; the runtime's requests are served meanwhile). An update the runtime did not
+        apply, or did not answer for in time, is forgotten as pushed: the next pass checks that container again. The
+        connection stays: a slow answer is no broken peer."""
         if not self.unsolicited or self.channel is None:
             return
         updates, self.unsolicited = self.unsolicited, {}
         request = self.pb.UpdateContainersRequest(update=self._updates(updates))
-        reply = self.pb.UpdateContainersResponse.FromString(self.channel.call(
-            RUNTIME_SERVICE, "UpdateContainers", request.SerializeToString(), self.request_timeout, self.handle))
+        try:
+            reply = self.pb.UpdateContainersResponse.FromString(self.channel.call(
+                RUNTIME_SERVICE, "UpdateContainers", request.SerializeToString(), UPDATE_CONTAINERS_TIMEOUT,
+                self.handle))
+        except RuntimeTimeoutError as exc:
+            self._say("warning", "%s: the updates of %d container(s) are checked again at the next pass" % (
+                exc, len(updates)))
+            self._forget(updates)
+            return
         for failed in reply.failed:
             self._say("warning", "the runtime could not update container %s" % failed.container_id)
+        self._forget(failed.container_id for failed in reply.failed)
+
+    def _forget(self, container_ids: Iterable[str]) -> None:
+        """These containers are no longer taken to have what a pass pushed to them (``_unsent``)."""
+        pushed = self.manager.cgroup_targets.pushed
+        for cid in container_ids:
+            pushed.pop(cid, None)
 
     # --- the requests ---------------------------------------------------------------------------------------
     def handle(self, service: str, method: str, payload: bytes, deadline: float) -> Optional[Tuple[int, str, bytes]]:
@@ -264,9 +287,7 @@ class NRIPlugin:
         """A reply the runtime never applied: the containers its pass updated (the new one's adjustment too) are no
         longer taken to have what it gave them, so the next pass reads their cgroups and updates them again (the state
         it saved stands: the runtime's retry finds the entry, and the others still on its CPUs move then)."""
-        pushed = self.manager.cgroup_targets.pushed
-        for cid in self.view.pending:
-            pushed.pop(cid, None)
+        self._forget(self.view.pending)
 
     def _on_configure(self, payload: bytes) -> Any:
         request = self.pb.ConfigureRequest.FromString(payload)

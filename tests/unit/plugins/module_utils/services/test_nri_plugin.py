@@ -23,7 +23,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.cgroup
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.runtime.nri_api import (PLUGIN_SERVICE,
                                                                                           REMOVE_CONTAINER, event_mask,
                                                                                           schema)
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.nri_plugin import EVENTS, NRIPlugin, NRIView
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.services.nri_plugin import (
+    EVENTS, UPDATE_CONTAINERS_TIMEOUT, NRIPlugin, NRIView)
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.checkpoints import checkpoint_file
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.generated import generated_cpus
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support.proc_irq import affinity, proc_irq
@@ -305,6 +306,37 @@ def test_messages_for_nobody_are_dropped_and_do_not_slow_the_next_requests(proce
         alive_and_answering(proc, runtime, uid="r%d" % round_)
         timings.append(time.monotonic() - started)
     assert max(timings[1:]) < 3 * timings[0] + 0.5, timings  # flat, not growing with the junk behind it
+
+
+def test_a_slow_answer_to_update_containers_keeps_the_connection_and_the_requests_are_served_meanwhile(process):
+    """A removal gives the shared containers their CPUs back in one UpdateContainers, which the runtime answers after
+    applying every update: at 250 containers that took longer than the request timeout the runtime configured (2 s
+    here), and the plugin gave up on the connection and reconnected. The call has its own timeout
+    (UPDATE_CONTAINERS_TIMEOUT): while it waits the plugin answers the runtime's requests, and the late answer is
+    taken on the same connection."""
+    proc, runtime = process
+    for uid, milli, qos in (("b", 250, "Burstable"), ("g", 1000, "Guaranteed")):
+        runtime.ask("CreateContainer", PB.CreateContainerRequest(pod=pod(uid, qos), container=container(
+            uid, "app", milli, qos)))
+    removed = runtime.ask("StateChange", PB.StateChangeEvent(event=REMOVE_CONTAINER, pod=pod("g"),
+                                                            container=container("g", "app", 1000)))
+    assert removed.status.code == 0, removed.status.message
+    stream, _kind, envelope = runtime.read_message(2)  # the plugin's call on the runtime's connection
+    call = ttrpc.schema().Request.FromString(envelope)
+    assert call.method == "UpdateContainers" and call.timeout_nano == int(UPDATE_CONTAINERS_TIMEOUT * 1e9)
+    assert updates(PB.UpdateContainersRequest.FromString(call.payload)) == {"b-app": "0-7"}
+    started, served = time.monotonic(), 0
+    while time.monotonic() - started < 2.5:  # past the configured request timeout, serving requests all along
+        uid = "meanwhile%d" % served
+        reply = runtime.ask("CreateContainer", PB.CreateContainerRequest(pod=pod(uid, "Burstable"), container=container(
+            uid, "app", 100, "Burstable")))
+        assert reply.status.code == 0, reply.status.message
+        served += 1
+    runtime.send(2, nri_peer.message(stream, ttrpc.RESPONSE, ttrpc.schema().Response(
+        payload=PB.UpdateContainersResponse().SerializeToString()).SerializeToString()))
+    alive_and_answering(proc, runtime)
+    assert runtime.connections == 1 and served > 0
+    assert "no answer within" not in runtime.log_path.read_text()
 
 
 def test_interrupts_move_after_the_reply_not_before_it(tmp_path):
