@@ -102,3 +102,37 @@ def test_the_pod_annotations_kubecpu_reads_come_through_both_backends(runtime_la
             assert {key: found.get(key) for key in notes} == dict(dict.fromkeys(notes), **kept)
     finally:
         runtime_lab.remove_pod(pod)
+
+
+def test_a_burstable_containers_exclusive_cpus_and_the_system_partition_through_the_agent(runtime_lab, tmp_path):
+    """Issue 66's features 1 and 3 on each runtime (docs/HOUSEKEEPING.md), through the agent's passes over CRI, CPU
+    0 reserved: a Burstable pod's container named by ``cpu-exclusive.kubecpu.io`` gets CPU 1 and its unnamed helper
+    stays on the shared CPU 0; removed, CPU 1 is released. With the system partition a kube-system pod runs on the
+    reserved CPU 0 and every other container off it; switched off, both share every CPU again. (The guest's
+    tests/guest/test_workload_asks.py resizes and defragments on 8 CPUs; this host has 2.)"""
+    lab, flags = runtime_lab, ("--state", str(tmp_path / "state"), "--kubelet-state", str(tmp_path / "kubelet"))
+    burst = lab.run_pod("burst", "Burstable", [{"name": "app", "cpu": 1000, "limit": 1000}, {"name": "side", "cpu": 100}],
+                        annotations={"cpu-exclusive.kubecpu.io": "app"})
+    try:
+        pinned = kubecpu(lab, None, "reconcile", *flags, "--exclusive-burstable")
+        assert [(a["action"], a["container"], a["cpus"]) for a in pinned["actions"] if a["action"] == "allocate"] == [
+            ("allocate", "app", "1")]
+        app, side = burst["containers"]["app"], burst["containers"]["side"]
+        assert (lab.cgroup_cpus(burst, app), lab.allowed_cpus(app), lab.cgroup_cpus(burst, side)) == ("1", "1", "0")
+    finally:
+        lab.remove_pod(burst)
+    released = kubecpu(lab, None, "reconcile", *flags, "--exclusive-burstable")
+    assert [(a["action"], a["container"]) for a in released["actions"]] == [("release", "app")]
+
+    system = lab.run_pod("node-agent", "Burstable", [{"name": "app", "cpu": 100}], namespace="kube-system")
+    web = lab.run_pod("web", "Burstable", [{"name": "app", "cpu": 250}])
+    try:
+        kubecpu(lab, None, "reconcile", *flags, "--system-partition", "--system-namespaces", "kube-system")
+        cids = system["containers"]["app"], web["containers"]["app"]
+        assert [lab.cgroup_cpus(pod, cid) for pod, cid in zip((system, web), cids)] == ["0", "1"]
+        assert [lab.allowed_cpus(cid) for cid in cids] == ["0", "1"]
+        kubecpu(lab, None, "reconcile", *flags)  # switched off: the whole pool again
+        assert [lab.cgroup_cpus(pod, cid) for pod, cid in zip((system, web), cids)] == ["0-1", "0-1"]
+    finally:
+        lab.remove_pod(system)
+        lab.remove_pod(web)
