@@ -123,6 +123,15 @@ class LabCRI(cri_grpc.CRIRuntime):
         self.call("RemoveContainer", self.lab.RemoveContainerRequest(container_id=container_id), self.lab.Empty,
                   target=container_id)
 
+    def resize(self, container_id: str, request: int, limit: Optional[int] = None) -> None:
+        """An in-place resize as the kubelet makes it: the CPU request (millicores, as shares) and limit (as quota;
+        None: no limit) of the container's resources."""
+        linux = self.pb.LinuxContainerResources(cpu_shares=milli_to_shares(request), cpu_period=100000,
+                                                cpu_quota=milli_to_quota(limit or 0))
+        self.call("UpdateContainerResources",
+                  self.pb.UpdateContainerResourcesRequest(container_id=container_id, linux=linux),
+                  self.pb.UpdateContainerResourcesResponse, target=container_id, operation="update")
+
     def remove_pod_sandbox(self, sandbox_id: str) -> None:
         with contextlib.suppress(ContainerRuntimeError):
             self.call("StopPodSandbox", self.lab.StopPodSandboxRequest(pod_sandbox_id=sandbox_id), self.lab.Empty,

@@ -51,10 +51,11 @@ class Plugin:
         os.makedirs(os.path.dirname(self.state), exist_ok=True)  # kubecpu makes no directory it was not asked for
         self.log_path = os.path.join(directory, "plugin.log")
         self.proc = None
+        self.flags = []  # more of its options
 
     def start(self):
         argv = [KUBECPU, "nri", "--socket", self.lab.nri_socket, "--state", self.state, "--num-reserved", "1",
-                "--kubelet-state", self.state + ".kubelet", "--metrics-path", self.state + ".prom"]
+                "--kubelet-state", self.state + ".kubelet", "--metrics-path", self.state + ".prom", *self.flags]
         log = open(self.log_path, "a")  # the process keeps it open
         with contextlib.suppress(FileNotFoundError):  # a restarted plugin counts its passes from zero again
             os.unlink(self.state + ".prom")
@@ -227,6 +228,40 @@ def test_in_place_resize_through_update_container_resources(nri_lab, plugin):
     assert allowed(nri_lab, cid, "1") == "1"
     with open(plugin.state + ".prom", encoding="utf-8") as handle:
         assert "kubecpu_resize_errors_total 1" in handle.read()
+
+
+def test_a_burstable_containers_exclusive_cpus_from_its_first_instruction_resized_and_refused(nri_lab, plugin):
+    """Issue 66, feature 1, at creation: the container ``cpu-exclusive.kubecpu.io`` names runs on CPU 1 from its first
+    instruction, its unnamed helper on the shared CPU 0; resized in place to a fractional request it goes back to the
+    shared pool; a named container whose request is not whole CPUs is not created, the runtime saying why."""
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ContainerRuntimeError
+
+    plugin.stop()
+    plugin.flags = ["--exclusive-burstable"]
+    plugin.start()
+    named = {"cpu-exclusive.kubecpu.io": "app"}
+    pod = plugin.pod("burst", "Burstable", [{"name": "app", "cpu": 1000, "limit": 1000, "command": FIRST_LINE},
+                                            {"name": "side", "cpu": 100, "command": FIRST_LINE}], annotations=named)
+    assert (first_line(pod, "app"), first_line(pod, "side")) == ("1", "0")
+    assert plugin.entries() == {pod["uid"]: {"app": "1"}}
+    nri_lab.cri.resize(pod["containers"]["app"], 500, 500)  # the kubelet's in-place resize: no whole CPU any more
+    plugin.until(lambda: plugin.entries() == {}, "released by the resize")
+    assert allowed(nri_lab, pod["containers"]["app"], "0-1") == "0-1"
+    with pytest.raises(ContainerRuntimeError) as refused:
+        plugin.pod("half", "Burstable", [{"name": "app", "cpu": 1500, "limit": 1500}], annotations=named)
+    assert "its CPU request 1500m is not a whole number of CPUs" in str(refused.value)
+
+
+def test_the_system_partition_from_the_first_instruction(nri_lab, plugin):
+    """Issue 66, feature 3, at creation: a kube-system pod runs on the reserved CPU 0 from its first instruction, and
+    every other shared container off it."""
+    plugin.stop()
+    plugin.flags = ["--system-partition", "--system-namespaces", "kube-system"]
+    plugin.start()
+    system = plugin.pod("node-agent", "Burstable", [{"name": "app", "cpu": 100, "command": FIRST_LINE}],
+                        namespace="kube-system")
+    web = plugin.pod("web", "Burstable", [{"name": "app", "cpu": 250, "command": FIRST_LINE}])
+    assert (first_line(system, "app"), first_line(web, "app")) == ("0", "1")
 
 
 def test_the_agent_also_wakes_on_the_cri_event_stream_of_containerd_1_7(nri_lab, tmp_path):
