@@ -114,6 +114,13 @@ options:
     type: str
     default: kubelet
     version_added: 0.7.0
+  config_path:
+    description:
+      - Where O(config) was read from. With it, RV(kubelet_predates_config) says whether the kubelet's main process
+        started before the file last changed (a run cut off between writing the file and restarting the kubelet
+        leaves it so, and the kubelet runs the configuration from before).
+    type: path
+    version_added: 0.8.1
   state_rewrite:
     description:
       - Also compute the checkpoint for the new configuration (RV(rewritten_state)) and the containers it moves
@@ -300,6 +307,21 @@ rewrite:
     policy_before:
       description: The policy the current checkpoint names (null without a readable file).
       type: str
+kubelet_running:
+  description:
+    - Whether O(kubelet_service) has a main process (C(systemctl show)); null where systemd cannot be asked. A kubelet
+      a run cut off left stopped is started again by the kubelet role.
+  returned: success
+  type: bool
+  version_added: 0.8.1
+kubelet_predates_config:
+  description:
+    - Whether O(kubelet_service)'s main process started before O(config_path) last changed, so that the kubelet runs
+      an older configuration than the file's (the kubelet role restarts it); false without O(config_path) or a
+      running kubelet.
+  returned: success
+  type: bool
+  version_added: 0.8.1
 kubelet_version:
   description: The kubelet version the plan is for (O(kubelet_version), or what O(kubelet_binary) C(--version) printed).
   returned: success
@@ -332,7 +354,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.mod
     TOPOLOGY_ARGS, run_module)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_node import (
     RUNTIME_ARGS, node_config)
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import load_topology
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import load_topology, run_command
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.process_age import service_age
 
 
 def read_state(path: str):
@@ -370,7 +393,9 @@ def plan(module: AnsibleModule) -> dict:
         version = ask_kubelet_version(binary)
     change = plan_change(params["config"], desired, topo, version, state=state,
                          state_path=params["state_path"], flags=flag_gates(args), args=args)
-    result = dict(changed=False, kubelet_args=args, kubelet_version=version, **change.to_dict(params["state_path"]))
+    age = service_age(unit, [params["config_path"]] if params["config_path"] else [], run_command)
+    result = dict(changed=False, kubelet_args=args, kubelet_version=version, kubelet_running=age["running"],
+                  kubelet_predates_config=bool(age["changed_since_start"]), **change.to_dict(params["state_path"]))
     if search is not None:
         result["notes"] = result["notes"] + search.notes()
     if params["state_rewrite"]:
@@ -400,6 +425,7 @@ def main() -> None:
             "state_rewrite": {"type": "bool", "default": False},
             "kubelet_args": {"type": "list", "elements": "str"},
             "kubelet_service": {"type": "str", "default": "kubelet"},
+            "config_path": {"type": "path"},
             **TOPOLOGY_ARGS,
             **RUNTIME_ARGS,
         },

@@ -43,6 +43,20 @@ options:
       beside a kubelet that pins CPUs itself, where the agent only keeps interrupts off its CPUs.
     type: bool
     default: true
+  service:
+    description:
+      - A systemd unit (the agent's) whose main process is looked at, with RV(service). Nothing is refused from it.
+    type: str
+    version_added: 0.8.1
+  service_files:
+    description:
+      - The files O(service) reads (its configuration, unit file and program); RV(service.changed_since_start)
+        names those that changed after its main process started. A run cut off (Ctrl-C, a lost connection) between
+        writing them and restarting the unit leaves it so, and the agent role restarts it.
+    type: list
+    elements: path
+    default: []
+    version_added: 0.8.1
 """
 
 EXAMPLES = r"""
@@ -89,6 +103,14 @@ reserved_cpus:
   returned: always
   type: str
   sample: "0"
+service:
+  description:
+    - With O(service), its C(unit), whether it C(running) (null when systemd cannot say) and
+      C(changed_since_start), the O(service_files) that changed after its main process started; null without.
+  returned: always
+  type: dict
+  sample: {"unit": "kubecpu-agent.service", "running": true, "changed_since_start": ["/etc/kubecpu/agent.json"]}
+  version_added: 0.8.1
 state_found:
   description: Whether the agent's state file (O(state_path)) was there; null for O(manager=kubelet). The agent role
     keeps a state file that was there before an installation that fails, and removes one the installation made.
@@ -111,7 +133,8 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.pre
 def check(module: AnsibleModule) -> dict:
     params = module.params
     result = preflight(node_config(params, read_only=True), params["manager"], python=params["python"],
-                       check_runtime=params["check_runtime"])
+                       check_runtime=params["check_runtime"], service=params["service"],
+                       service_files=params["service_files"])
     if result["problems"]:
         module.fail_json(msg=str(PreflightError(result["problems"])), error_type="PreflightError", **result)
     return dict(changed=False, **result)
@@ -120,7 +143,8 @@ def check(module: AnsibleModule) -> dict:
 def main() -> None:
     spec = dict(STATE_ARGS, manager={"type": "str", "choices": ["agent", "kubelet"], "required": True},
                 python={"type": "path", "default": "/usr/bin/python3"},
-                check_runtime={"type": "bool", "default": True})
+                check_runtime={"type": "bool", "default": True}, service={"type": "str"},
+                service_files={"type": "list", "elements": "path", "default": []})
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     run_module(module, check)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple, cast
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, cast
 
 from ..errors import ConfigError, KubecpuError
 from ..kubelet.cpuset import CPUSet
@@ -23,6 +23,7 @@ from ..kubelet.state import CPUState
 from ..node.config import NodeConfig
 from ..node.factory import build_policy, build_runtime, load_topology
 from ..node.state_store import StateStore
+from .process_age import service_age
 
 MANAGERS = ("agent", "kubelet")
 MIN_PYTHON = (3, 9)  # the core's oldest (no match statement, no X | Y at run time)
@@ -157,10 +158,13 @@ def reservation_fits(config: NodeConfig) -> Tuple[Optional[str], Optional[str]]:
 
 def preflight(config: NodeConfig, manager: str, *, python: Optional[str] = None, check_runtime: bool = True,
               euid: Optional[int] = None, run: CommandRunner = run_command,
-              runtime_factory: Callable[[NodeConfig], Versioned] = asked_runtime) -> Dict[str, Any]:
+              runtime_factory: Callable[[NodeConfig], Versioned] = asked_runtime,
+              service: Optional[str] = None, service_files: Sequence[str] = ()) -> Dict[str, Any]:
     """Every check for ``manager`` (agent or kubelet), whatever failed before it: ``checks`` (each with ``check``,
     ``ok`` and ``detail``, the problem where it failed), ``problems`` (those details), ``python``, and for the agent
-    ``runtime`` (name, version, API version), ``reserved_cpus`` and ``state_found`` (its state file was there)."""
+    ``runtime`` (name, version, API version), ``reserved_cpus`` and ``state_found`` (its state file was there); with
+    ``service``, that unit's main process and which of ``service_files`` changed after it started
+    (``process_age.service_age``; None without)."""
     if manager not in MANAGERS:
         raise ConfigError("manager must be one of %s, got %r" % (", ".join(MANAGERS), manager))
     root = config.sysfs_root or "/"
@@ -186,5 +190,6 @@ def preflight(config: NodeConfig, manager: str, *, python: Optional[str] = None,
         result["state_found"] = os.path.lexists(config.state_path)  # a failed first installation keeps it then
         problem, result["reserved_cpus"] = reservation_fits(config)
         record("reservation", problem, "reserved CPUs %s" % result["reserved_cpus"])
+    result["service"] = service_age(service, service_files, run) if service else None
     result["problems"] = [check["detail"] for check in checks if not check["ok"]]
     return result

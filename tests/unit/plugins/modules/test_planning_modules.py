@@ -4,6 +4,7 @@ in-process: results, check mode, clear failures."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 
@@ -327,3 +328,37 @@ def test_kubelet_config_reads_no_gates_from_a_process_only_named_kubelet(root, t
     assert checkpoint["format"] == "v2" and "PodLevelResourceManagers" not in checkpoint["feature_gates"]
     assert any(note.startswith("PID %d is named kubelet but is not the kubelet of kubelet.service" % process.pid)
                for note in result["notes"])
+
+
+def systemd_answering(directory, monkeypatch, main_pid):
+    """A ``systemctl`` first on PATH that answers ``show --property=MainPID --value`` as systemd would for a unit
+    whose main process is ``main_pid`` (these hosts have no systemd as PID 1)."""
+    path = os.path.join(str(directory), "systemctl")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("#!/bin/sh\necho %d\n" % main_pid)
+    os.chmod(path, 0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (directory, os.environ["PATH"]))
+
+
+@pytest.mark.parametrize("written,running,predates", [
+    ("before", True, False),  # the kubelet was (re)started onto its file
+    ("after", True, True),  # a run cut off between writing the file and the restart: the role restarts it
+    ("stopped", False, False),  # a run cut off with the kubelet stopped: the role starts it
+])
+def test_kubelet_config_says_whether_the_kubelet_runs_and_on_its_files_configuration(
+        root, tmp_path, capsys, monkeypatch, written, running, predates):
+    kubelet = subprocess.Popen(["sleep", "30"])
+    try:
+        config = tmp_path / "config.yaml"
+        config.write_text("kind: KubeletConfiguration\n")
+        when = time.time() + (5 if written == "after" else -60)  # clearly after its start, or before
+        os.utime(config, (when, when))
+        systemd_answering(tmp_path, monkeypatch, kubelet.pid if running else 0)
+        result = run(cpu_manager_kubelet_config, {
+            "config": KUBEADM, "config_path": str(config), "kubelet_version": "1.35", "num_reserved": 1,
+            "kubelet_args": [], "state_path": str(tmp_path / "cpu_manager_state"), "sysfs_root": root}, capsys)
+    finally:
+        kubelet.kill()
+        kubelet.wait()
+    assert result["rc"] == 0, result
+    assert (result["kubelet_running"], result["kubelet_predates_config"]) == (running, predates)

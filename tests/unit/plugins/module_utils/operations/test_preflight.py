@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -190,3 +192,28 @@ def test_every_check_is_made_whatever_failed_before_it(tmp_path_factory, faults)
     assert set(failed(result)) == want
     assert len(result["problems"]) == len(want) and len(result["checks"]) == 5
     json.dumps(result)  # a module result as it is
+
+
+def test_with_the_agents_unit_it_says_which_files_changed_after_the_agent_started(tmp_path):
+    """A run cut off between writing the agent's configuration and its restart: the preflight names the file, and the
+    agent role restarts the agent onto it. Without a unit, nothing is said."""
+    from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import run_command
+
+    node = Node(tmp_path)
+    agent = subprocess.Popen(["sleep", "30"])
+    try:
+        config = tmp_path / "agent.json"
+        config.write_text("{}\n")
+        later = time.time() + 5
+        os.utime(config, (later, later))
+
+        def systemd(argv):  # systemd as PID 1 answers for the unit; the rest runs for real
+            return (0, "%d\n" % agent.pid, "") if argv[0] == "systemctl" else run_command(argv)
+        result = preflight(node.config(), "agent", python=sys.executable, euid=0, run=systemd,
+                           service="kubecpu-agent.service", service_files=[str(config)])
+    finally:
+        agent.kill()
+        agent.wait()
+    assert result["problems"] == [] and result["service"] == {
+        "unit": "kubecpu-agent.service", "running": True, "changed_since_start": [str(config)]}
+    assert node.check()["service"] is None
