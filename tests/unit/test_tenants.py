@@ -280,10 +280,9 @@ def test_no_pod_holds_more_than_it_is_charged_and_no_creation_waits_on_a_runtime
     run_steps(mode, specs, steps)
 
 
-def test_the_reviews_pod_of_init_3_init_3_app_1_holds_3_cpus_in_every_mode(tmp_path):
-    """The reproduction of issue 62's finding 1, in each mode: charged 3, it holds 3 (not CPUs 1-7)."""
-    spec = {"qos": "Guaranteed", "annotations": {},
-            "containers": [("init-1", "init", 3000), ("init-2", "init", 3000), ("app", "app", 1000)]}
+def created_in_each_mode(spec, tmp_path):
+    """The pod ``spec`` created alone in each mode, container after container, the invariants checked after each:
+    (the mode, its cluster, the pod's UID, the state then) for each."""
     for mode in MODES:
         cluster = Cluster(mode, tmp_path / mode)
         cluster.start(spec)
@@ -291,7 +290,14 @@ def test_the_reviews_pod_of_init_3_init_3_app_1_holds_3_cpus_in_every_mode(tmp_p
         for _container in spec["containers"]:
             cluster.step(uid)
             cluster.check()
-        state = StateStore(cluster.node.state, read_only=True).load()
+        yield mode, cluster, uid, StateStore(cluster.node.state, read_only=True).load()
+
+
+def test_the_reviews_pod_of_init_3_init_3_app_1_holds_3_cpus_in_every_mode(tmp_path):
+    """The reproduction of issue 62's finding 1, in each mode: charged 3, it holds 3 (not CPUs 1-7)."""
+    spec = {"qos": "Guaranteed", "annotations": {},
+            "containers": [("init-1", "init", 3000), ("init-2", "init", 3000), ("app", "app", 1000)]}
+    for mode, cluster, uid, state in created_in_each_mode(spec, tmp_path):
         held = CPUSet().union(*(cpus for pod, _name, cpus in state.assignments() if pod == uid))
         assert len(held) == 3, (mode, held)
         other = {"qos": "Guaranteed", "annotations": {}, "containers": [("db", "app", 1000)]}
@@ -309,14 +315,7 @@ def test_a_burstable_pods_named_containers_hold_what_they_are_charged_in_every_m
     spec = {"qos": "Burstable", "annotations": {EXCLUSIVE: "setup,app"},
             "containers": [("setup", "init", 2000), ("app", "app", 1000), ("helper", "app", 500)]}
     assert charged(spec) == 2
-    for mode in MODES:
-        cluster = Cluster(mode, tmp_path / mode)
-        cluster.start(spec)
-        uid = next(iter(cluster.pods))
-        for _container in spec["containers"]:
-            cluster.step(uid)
-            cluster.check()
-        state = StateStore(cluster.node.state, read_only=True).load()
+    for mode, cluster, uid, state in created_in_each_mode(spec, tmp_path):
         held = {name: cpus for pod, name, cpus in state.assignments() if pod == uid}
         assert set(held) == {"setup", "app"} and len(CPUSet().union(*held.values())) == 2, (mode, held)
         assert held["app"].issubset(held["setup"]) and cluster.refused == 0, mode

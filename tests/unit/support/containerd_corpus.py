@@ -17,6 +17,16 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.kubecpu.cpu_manager.tests.unit.support import generated
 
+# A containerd 1.x configuration (version 2) as an operator keeps it: a comment, the runc runtime with its options
+CONFIG = """version = 2
+# the operator's comment
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.9"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      SystemdCgroup = true
+"""
 THEIRS = {"ociVersion": "1.1.0", "process": {"args": ["theirs"], "cwd": "/",
                                              "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 4242, "soft": 4242}]}}
 R3 = "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]"

@@ -11,22 +11,12 @@ import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.containerd_config import (
     config_files, dumped_base_spec, effective, handler_table, kubecpus_lines, parse, set_line, take_out)
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support.containerd_corpus import (CASES, DEFAULT_V3, R2, R3,
-                                                                                          containerd_reads,
-                                                                                          write_case)
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.containerd_corpus import (
+    CASES, CONFIG, DEFAULT_V3, R2, R3, containerd_reads, write_case)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 SPEC = "/etc/kubecpu/base-runtime-spec.json"
-CONFIG = """version = 2
-# the operator's comment
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "registry.k8s.io/pause:3.9"
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-      SystemdCgroup = true
-"""
 RUNTIMES = [(1, 7), (2, 1), (2, 4)]
 
 

@@ -16,19 +16,9 @@ from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.containerd_config import config_files
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.runtime_hook import (
     Containerd, containerd_version, crio_hook, hook_entry, install_crio, remove_crio, with_hook, without_hook)
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support.containerd_corpus import (CASES, R2, R3, THEIRS,
-                                                                                          containerd_reads,
-                                                                                          write_case)
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.containerd_corpus import (
+    CASES, CONFIG, R2, R3, THEIRS, containerd_reads, write_case)
 
-CONFIG = """version = 2
-# the operator's comment
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "registry.k8s.io/pause:3.9"
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-      SystemdCgroup = true
-"""
 ENTRY = hook_entry("/usr/bin/python3", "/opt/kubecpu/bin/kubecpu", "/etc/kubecpu/agent.json", 10)
 SPEC = "/etc/kubecpu/base-runtime-spec.json"
 
