@@ -27,7 +27,7 @@ FIRST_LINE = ["/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status; exec s
 class HookedLab:
     """A containerd whose every container starts through the hook; the hook's state and log in ``directory``."""
 
-    def __init__(self, lab_module, directory, python, binaries=None, nri=False):
+    def __init__(self, lab_module, directory, python, binaries=None, nri=False, flags=()):
         self.dir = directory
         self.state = os.path.join(directory, "state")
         self.log = os.path.join(directory, "hook.log")
@@ -35,22 +35,22 @@ class HookedLab:
         os.makedirs(lab_dir)
         argv = [python, KUBECPU, "hook", "--state", self.state, "--reserved-cpus", "0", "--kubelet-state",
                 os.path.join(directory, "no-kubelet-state"), "--runtime", "cri", "--runtime-endpoint",
-                "unix://" + os.path.join(lab_dir, "containerd.sock")]
+                "unix://" + os.path.join(lab_dir, "containerd.sock"), *flags]
         base = hook_spec.base_spec(os.path.join(binaries, "ctr") if binaries else "ctr", python, argv, self.state,
                                    self.log, directory)
         self.lab = lab_module.Lab(lab_dir, binaries=binaries, nri=nri, base_spec=base)
         self.made = []
 
-    def pod(self, name, qos, millicpu):
-        made = self.lab.run_pod(name, qos, [{"name": "app", "cpu": millicpu, "command": FIRST_LINE}])
+    def pod(self, name, qos, millicpu, **options):
+        made = self.lab.run_pod(name, qos, [{"name": "app", "cpu": millicpu, "command": FIRST_LINE}], **options)
         self.made.append(made)
         return made
 
-    def refused(self, name, qos, millicpu):
+    def refused(self, name, qos, millicpu, **options):
         """The runtime's error for a pod whose container the hook refuses (the sandbox is removed again)."""
         before = {p.id for p in self.lab.cri.list_pods()}
         with pytest.raises(Exception) as failure:  # the CRI client's error, whatever its class
-            self.lab.run_pod(name, qos, [{"name": "app", "cpu": millicpu, "command": FIRST_LINE}])
+            self.lab.run_pod(name, qos, [{"name": "app", "cpu": millicpu, "command": FIRST_LINE}], **options)
         for item in self.lab.cri.list_pods():
             if item.id not in before:
                 self.lab.cri.remove_pod_sandbox(item.id)
@@ -212,3 +212,36 @@ def test_with_the_plugin_up_the_hook_only_checks(nri_node, bare_python, tmp_path
     finally:
         plugin.send_signal(signal.SIGTERM)
         plugin.wait(timeout=30)
+
+
+@pytest.fixture(params=[("exclusive Burstable", ("--exclusive-burstable",)),
+                        ("system partition", ("--system-partition", "--system-namespaces", "kube-system"))],
+                ids=lambda param: param[0])
+def hooked_24(request, tmp_path_factory, bare_python):
+    """containerd 2.4.2 (its base runtime spec carries the hook) with one of issue 66's options on the hook."""
+    import lab as lab_module  # conftest put scripts/ on the path
+    from runtimes import runtime_binaries
+
+    name, flags = request.param
+    made = HookedLab(lab_module, str(tmp_path_factory.mktemp("hook-24")), bare_python,
+                     runtime_binaries("containerd 2.4.2"), flags=flags)
+    made.option = name
+    with made.lab:
+        yield made
+        made.clean()
+
+
+def test_issue_66s_options_hold_from_the_first_instruction_through_the_hook_on_containerd_2(hooked_24):
+    """Fail-closed with issue 66's features 1 and 3 (docs/HOUSEKEEPING.md): the container a Burstable pod's
+    ``cpu-exclusive.kubecpu.io`` names runs on CPU 1 from its first instruction and a named container of 1500m is not
+    created, with the reason; with the system partition a kube-system pod runs on the reserved CPU 0 and any other
+    shared container on CPU 1."""
+    if hooked_24.option == "exclusive Burstable":
+        named = hooked_24.pod("burst", "Burstable", 1000, annotations={"cpu-exclusive.kubecpu.io": "app"})
+        assert first_line(named) == "1" and hooked_24.lab.cgroup_cpus(named, named["containers"]["app"]) == "1"
+        said = hooked_24.refused("half", "Burstable", 1500, annotations={"cpu-exclusive.kubecpu.io": "app"})
+        assert "its CPU request 1500m is not a whole number of CPUs" in said, (said, hooked_24.answers())
+    else:
+        system = hooked_24.pod("node-agent", "Burstable", 100, namespace="kube-system")
+        web = hooked_24.pod("web", "Burstable", 250)
+        assert (first_line(system), first_line(web)) == ("0", "1"), hooked_24.answers()

@@ -11,6 +11,7 @@ reserved CPUs 0 and 4, a whole core).
 from __future__ import annotations
 
 import io
+import os
 
 import pytest
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import KubeletPinsError
@@ -153,6 +154,23 @@ def test_the_hook_places_a_system_container_on_the_reserved_cpus_and_any_other_o
                                               system_priority_classes=[])).run(
         io.BytesIO(by_namespace["stdin"])).cpus == "0,4"
     assert runtime.calls == {"inspect_pod": 2}  # the namespace decides: nothing asked
+
+
+def test_on_a_node_with_no_state_yet_the_hook_places_shared_containers_on_their_side_too(node):
+    """The first containers of a fresh node, before any state file: without the partition every CPU is shared and
+    the hook passes them; with it, a system container goes on the reserved CPUs and any other off them (the hook
+    passed both before: found on containerd 2.4.2, tests/integration/test_hook.py)."""
+    runtime = FakeRuntime(str(node.cgroup))
+    system = node.container("Burstable", 100, name="cni", uid=POD % 20)
+    runtime.pod_notes["sb-" + POD % 20] = {PRIORITY: "system-node-critical"}
+    other = node.container("Burstable", 500, name="web", uid=POD % 21)
+    runtime.pod_notes["sb-" + POD % 21] = {}
+    assert not os.path.exists(node.config().state_path)
+    assert hook(node, runtime, ManagerOptions()).run(io.BytesIO(other["stdin"])).action == "passed"
+    options = ManagerOptions(system_partition=True)
+    assert hook(node, runtime, options).run(io.BytesIO(system["stdin"])).cpus == "0,4"
+    assert hook(node, runtime, options).run(io.BytesIO(other["stdin"])).cpus == "1-3,5-7"
+    assert (node.cpus(system), node.cpus(other)) == (RESERVED, CPUSet.parse("1-3,5-7"))
 
 
 def test_the_hooks_quick_path_leaves_shared_containers_to_the_full_hook_with_the_partition(node):

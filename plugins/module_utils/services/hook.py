@@ -126,8 +126,9 @@ class Hook:
             state = self.store.load()
             target, exclusive = self._target(hooked, state)
             if state is None or target is None:
-                if state is None and not self._exclusive_count(hooked):
-                    return HookResult("passed", hooked.ref, "")  # no state: nothing is exclusive anywhere
+                if state is None and not self._exclusive_count(hooked) and self.pods.partition() is None:
+                    # no state: nothing is exclusive anywhere, and without the partition every CPU is shared
+                    return HookResult("passed", hooked.ref, "")
                 return self._allocate(hooked, pod)
             # An entry found (the NRI plugin's, or one an earlier run committed): whoever saved it may have been
             # killed, or its reply dropped, before the others moved off its CPUs; they move now.
