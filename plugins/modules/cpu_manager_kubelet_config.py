@@ -120,7 +120,7 @@ options:
         started before the file last changed (a run cut off between writing the file and restarting the kubelet
         leaves it so, and the kubelet runs the configuration from before).
     type: path
-    version_added: 0.8.1
+    version_added: 0.8.0
   state_rewrite:
     description:
       - Also compute the checkpoint for the new configuration (RV(rewritten_state)) and the containers it moves
@@ -313,7 +313,7 @@ kubelet_running:
       a run cut off left stopped is started again by the kubelet role.
   returned: success
   type: bool
-  version_added: 0.8.1
+  version_added: 0.8.0
 kubelet_predates_config:
   description:
     - Whether O(kubelet_service)'s main process started before O(config_path) last changed, so that the kubelet runs
@@ -321,7 +321,7 @@ kubelet_predates_config:
       running kubelet.
   returned: success
   type: bool
-  version_added: 0.8.1
+  version_added: 0.8.0
 kubelet_version:
   description: The kubelet version the plan is for (O(kubelet_version), or what O(kubelet_binary) C(--version) printed).
   returned: success

@@ -47,7 +47,7 @@ options:
     description:
       - A systemd unit (the agent's) whose main process is looked at, with RV(service). Nothing is refused from it.
     type: str
-    version_added: 0.8.1
+    version_added: 0.8.0
   service_files:
     description:
       - The files O(service) reads (its configuration, unit file and program); RV(service.changed_since_start)
@@ -56,7 +56,7 @@ options:
     type: list
     elements: path
     default: []
-    version_added: 0.8.1
+    version_added: 0.8.0
 """
 
 EXAMPLES = r"""
@@ -110,7 +110,7 @@ service:
   returned: always
   type: dict
   sample: {"unit": "kubecpu-agent.service", "running": true, "changed_since_start": ["/etc/kubecpu/agent.json"]}
-  version_added: 0.8.1
+  version_added: 0.8.0
 state_found:
   description: Whether the agent's state file (O(state_path)) was there; null for O(manager=kubelet). The agent role
     keeps a state file that was there before an installation that fails, and removes one the installation made.
