@@ -343,7 +343,7 @@ class Guest:
                 raise GuestError("QEMU exited (%s) before the guest was up:\n%s" % (self.proc.returncode, self.log()))
             if time.monotonic() > deadline:
                 raise GuestError("the guest was not up within %.0f s:\n%s" % (self.timeout, self.log()))
-            probe = self.ssh(["systemctl", "is-system-running", "--wait"], timeout=60, check=False)
+            probe = self.ssh(["systemctl", "is-system-running", "--wait"], timeout=60, check=False, attempts=1)
             if probe.returncode == 0 or probe.stdout.strip() in ("running", "degraded"):
                 break
             time.sleep(1)
@@ -413,12 +413,13 @@ class Guest:
     def control_path(self) -> str:
         return os.path.join(tempfile.gettempdir(), "kubecpu-ssh-%d" % self.port)
 
-    def ssh(self, argv: Sequence[str], timeout: float = 600, check: bool = True,
-            stdin: Optional[str] = None) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
-        """``argv`` run in the guest (quoted for its shell); the completed process, output as text."""
+    def ssh(self, argv: Sequence[str], timeout: float = 600, check: bool = True, stdin: Optional[str] = None,
+            attempts: int = SSH_CONNECT_ATTEMPTS) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+        """``argv`` run in the guest (quoted for its shell); the completed process, output as text. A connection that
+        never opened is tried ``attempts`` times (a booting guest's probe: once)."""
         command = GUEST_ENV + " ".join(_quote(part) for part in argv)
         deadline = time.monotonic() + timeout
-        for attempt in range(1, SSH_CONNECT_ATTEMPTS + 1):
+        for attempt in range(1, attempts + 1):
             try:
                 result = subprocess.run(self.ssh_argv() + ["--", command], capture_output=True, text=True,
                                         timeout=max(1.0, deadline - time.monotonic()), check=False, input=stdin)
@@ -481,19 +482,23 @@ class Guest:
 # The two groups are balanced by their measured minutes (scripts/test.sh's table shows each part): the node group
 # pins (discovery, pinning), resizes and rebuilds (operations: on the same two containerds as pinning), runs the real
 # kubelets (beside kubecpu's predictions through an upgrade and under the planned options, a pod they reject, a
-# corrupt checkpoint and its rebuild, the configurations they refuse) and then the kubelet role's five rollouts
-# beside the real kubelet; the roles group keeps interrupts and daemons off exclusive CPUs (housekeeping), runs both
-# cgroup drivers on every runtime, live defragmentation, CRI-O, the fail-closed hook beside a real kubelet of policy
-# none and the options beside the real kubelets, and then the agent role's runs. (2026-12-02: the kubelet role's
-# rollouts five module runs fewer each, the node group ended the sooner; operations moved to it.)
+# corrupt checkpoint and its rebuild, the configurations they refuse, the judge's three cases, the options and
+# Topology Manager policies) and then the kubelet role's rollouts beside the real kubelet; the roles group keeps
+# interrupts and daemons off exclusive CPUs (housekeeping), per-pod power, runs both cgroup drivers on every
+# runtime, live defragmentation, exclusive Burstable containers and the system partition, the NRI plugins' choices
+# beside kubecpu's, CRI-O, the fail-closed hook beside a real kubelet of policy none, and then the agent role's runs.
+# (2026-12-07: the judge's cases, the workloads' asks and the peers' choices added 210 s; the options moved to the
+# node group, whose in-guest part was the shorter.)
 GROUPS: Dict[str, Dict[str, List[str]]] = {
     "node": {"guest": ["tests/guest/test_discovery.py", "tests/guest/test_pinning.py",
                        "tests/guest/test_operations.py", "tests/guest/test_kubelet.py",
-                       "tests/guest/test_kubelet_refusals.py"],
+                       "tests/guest/test_kubelet_refusals.py", "tests/guest/test_kubelet_judge.py",
+                       "tests/guest/test_kubelet_options.py"],
              "host": ["tests/guest_host/test_kubelet_role.py"]},
     "roles": {"guest": ["tests/guest/test_housekeeping.py", "tests/guest/test_power.py", "tests/guest/test_drivers.py",
-                        "tests/guest/test_defrag.py", "tests/guest/test_crio.py",
-                        "tests/guest/test_kubelet_hook.py", "tests/guest/test_kubelet_options.py"],
+                        "tests/guest/test_defrag.py", "tests/guest/test_workload_asks.py",
+                        "tests/guest/test_peer_choices.py", "tests/guest/test_crio.py",
+                        "tests/guest/test_kubelet_hook.py"],
               "host": ["tests/guest_host/test_agent_role.py"]},
 }
 
@@ -550,12 +555,17 @@ KUBELETS = ("1.35", "1.36", "1.37")
 _CONTAINERD_24 = {name: "containerd-2.4/" + name for name in ("containerd", "containerd-shim-runc-v2", "ctr")}
 SHARED_BUILDS: Dict[str, Tuple[List[Tuple[List[str], Dict[str, str]]], Tuple[str, ...]]] = {
     "cri-o": ([(["runtimes.sh", "cri-o"], {"crio": "cri-o/crio", "pinns": "cri-o/pinns"})],
-              ("tests/guest/test_crio.py", "tests/guest/test_drivers.py", "tests/guest/test_defrag.py")),
+              ("tests/guest/test_crio.py", "tests/guest/test_drivers.py", "tests/guest/test_defrag.py",
+               "tests/guest/test_workload_asks.py")),
     "containerd-2.4": ([(["runtimes.sh", "containerd-2.4"], _CONTAINERD_24)],
-                       ("tests/guest/test_drivers.py", "tests/guest/test_defrag.py")),
+                       ("tests/guest/test_drivers.py", "tests/guest/test_defrag.py",
+                        "tests/guest/test_workload_asks.py", "tests/guest/test_peer_choices.py")),
+    "peers": ([(["peers.sh", "bin-dir"], {"topology-aware": "peers/topology-aware", "balloons": "peers/balloons"})],
+              ("tests/guest/test_peer_choices.py",)),
     "kubelets": ([(["kubelet.sh", minor], {"kubelet": "kubelet/kubelet-%s" % minor}) for minor in KUBELETS],
                  ("tests/guest/test_kubelet.py", "tests/guest/test_kubelet_refusals.py",
-                  "tests/guest/test_kubelet_hook.py", "tests/guest/test_kubelet_options.py",
+                  "tests/guest/test_kubelet_judge.py", "tests/guest/test_kubelet_hook.py",
+                  "tests/guest/test_kubelet_options.py",
                   "tests/guest_host/test_kubelet_role.py")),
 }
 

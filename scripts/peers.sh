@@ -5,6 +5,7 @@
 #
 #   peers.sh            build them once per machine (or find them in the cache), print their paths
 #   peers.sh versions   one line per peer built: name, version, path, the seconds its build took
+#   peers.sh bin-dir    build them (or find them), print the directory that holds both
 #
 # How, as they are built outside their repository: every served version of github.com/containers/nri-plugins requires
 # its nested module .../pkg/topology through `replace => ./pkg/topology`, which a module zip leaves out and the proxy
@@ -71,6 +72,7 @@ build() {
 
 case ${1:-} in
   "") build ;;
+  bin-dir) build >/dev/null && echo "$dest/bin" ;;  # the directory of both (scripts/guest.py shares them in)
   versions)
     if [[ -f $dest/done ]]; then
       for name in "${peers[@]}"; do
@@ -78,5 +80,5 @@ case ${1:-} in
       done
     fi
     true ;;
-  *) echo "usage: $0 [versions]" >&2; exit 2 ;;
+  *) echo "usage: $0 [versions|bin-dir]" >&2; exit 2 ;;
 esac

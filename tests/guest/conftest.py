@@ -115,8 +115,9 @@ def lab17():
 
 @pytest.fixture(scope="session")
 def lab24():
-    """containerd 2.4.2 (built from its module; NRI on by default, CRI events), systemd cgroup driver."""
-    with make_lab("systemd", containerd_24()) as lab:
+    """containerd 2.4.2 (built from its module; NRI on by default, its socket in the lab; CRI events), systemd cgroup
+    driver."""
+    with make_lab("systemd", containerd_24(), nri=True) as lab:
         yield lab
 
 

@@ -12,6 +12,7 @@ import shutil
 import signal
 import ssl
 import subprocess
+import time
 import urllib.request
 
 import yaml
@@ -39,6 +40,7 @@ def wait_on(condition, timeout, what):
     return wait_for(condition, timeout, what, step=STEP)
 
 
+RECONCILE = 5  # seconds: the cpuManagerReconcilePeriod of the tests that watch a kubelet keep its pods
 REPORTED = ("cpuManagerPolicy", "cpuManagerPolicyOptions", "reservedSystemCPUs", "cpuManagerReconcilePeriod",
             "topologyManagerPolicy", "topologyManagerScope")  # what the role sets, as /configz reports it
 
@@ -149,7 +151,11 @@ class Kubelet:
     def add(self, name, count, order, command=tuple(SLEEP)):
         """Static pod ``name`` (``count`` CPUs, running ``command``) into the manifest directory, as file ``order``;
         its UID."""
-        pod = static_pod(name, count, lab_module.BUSYBOX_IMAGE, command)
+        return self.add_pod(static_pod(name, count, lab_module.BUSYBOX_IMAGE, command), order)
+
+    def add_pod(self, pod, order):
+        """The static pod ``pod`` (its manifest) into the manifest directory, as file ``order``; its UID."""
+        name = pod["metadata"]["name"]
         with open(os.path.join(self.manifests, "%d-%s.yaml" % (order, name)), "w", encoding="utf-8") as handle:
             yaml.safe_dump(pod, handle)
         return pod["metadata"]["uid"]
@@ -226,3 +232,16 @@ def all_running(lab, uids):
     """Pod UID -> its running container's ID, once every pod of ``uids`` has one (else None)."""
     running = {item.pod_uid: item.id for item in lab.cri.list_containers() if item.state == "CONTAINER_RUNNING"}
     return running if all(uid in running for uid in uids) else None
+
+
+def watched_through_two_reconcile_periods(kubelet, kept):
+    """The kubelet running and its checkpoint's entries and default set ``kept``'s, looked at through two of its
+    reconcile periods (RECONCILE)."""
+    began = time.monotonic()
+    while time.monotonic() - began <= 2 * RECONCILE + 1:
+        assert kubelet.proc.poll() is None, kubelet.log()
+        assert kubelet.state()["entries"] == kept["entries"]
+        time.sleep(0.5)
+    got = kubelet.state()
+    assert (got["entries"], got["defaultCpuSet"]) == (kept["entries"], kept["defaultCpuSet"])
+    return got

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 from conftest import cpus, kubecpu, settle
-from kubelets import (RELEASES, START_TIMEOUT, Kubelet, all_running, planned, predict, remove_static_pods,
-                      said_in, wait_on)
+from kubelets import (RECONCILE, RELEASES, START_TIMEOUT, Kubelet, all_running, planned, predict,
+                      remove_static_pods, said_in, wait_on, watched_through_two_reconcile_periods)
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.cpuset import CPUSet
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.kubelet_config import Desired
@@ -87,7 +86,6 @@ def test_each_kubelet_pins_where_kubecpu_predicts_and_an_upgrade_keeps_every_pod
         remove_static_pods(lab21)
 
 
-RECONCILE = 5  # seconds: PLANNED's and WHOLE_CORES' cpuManagerReconcilePeriod
 WHOLE_CORES = Desired(policy="static", reserved_cpus=CPUSet.parse("0"), reconcile_period="%ds" % RECONCILE,
                       policy_options={"full-pcpus-only": "true"})
 
@@ -113,19 +111,6 @@ def whole_cores_switched_on(kubelet, older, binaries, lab, tmp_path, uids):
     watched_through_two_reconcile_periods(kubelet, kept)
     assert all_running(lab, uids.values()) == running  # the same containers: none restarted
     return kubelet
-
-
-def watched_through_two_reconcile_periods(kubelet, kept):
-    """The kubelet running and its checkpoint's entries and default set ``kept``'s, looked at through two of its
-    reconcile periods (RECONCILE)."""
-    began = time.monotonic()
-    while time.monotonic() - began <= 2 * RECONCILE + 1:
-        assert kubelet.proc.poll() is None, kubelet.log()
-        assert kubelet.state()["entries"] == kept["entries"]
-        time.sleep(0.5)
-    got = kubelet.state()
-    assert (got["entries"], got["defaultCpuSet"]) == (kept["entries"], kept["defaultCpuSet"])
-    return got
 
 
 PLANNED = Desired(policy="static", reserved_cpus=CPUSet.parse("0"), reconcile_period="%ds" % RECONCILE,
