@@ -136,3 +136,41 @@ def test_a_burstable_containers_exclusive_cpus_and_the_system_partition_through_
     finally:
         lab.remove_pod(system)
         lab.remove_pod(web)
+
+
+def test_per_pod_power_through_the_agent_on_a_modelled_sysfs(runtime_lab, tmp_path):
+    """Issue 66's feature 2 on each runtime, through the agent's passes over CRI: the pod's annotations as the runtime
+    keeps them set its exclusive CPU's C-state limit and governor on a sysfs tree modelled on Linux's (2 CPUs, as
+    this host, with intel_pstate's cpufreq files: tests/unit/support/fake_sysfs.py), CPU 0's left as they were; the
+    pod removed, both are given back and the record goes. (The guest proves the C-state limit on a real kernel:
+    tests/guest/test_power.py.)"""
+    from ansible_collections.kubecpu.cpu_manager.tests.unit.support import fake_sysfs
+
+    lab, root = runtime_lab, str(tmp_path / "machine")
+    fake_sysfs.build(root, fake_sysfs.machine(1, 2, 1))
+    fake_sysfs.power(root, range(2))
+    cpu_dir = os.path.join(root, "sys", "devices", "system", "cpu")
+
+    def power():
+        read = {}
+        for cpu in range(2):
+            with open(os.path.join(cpu_dir, "cpu%d" % cpu, "power", "pm_qos_resume_latency_us"), encoding="ascii") as f:
+                latency = f.read().strip()
+            with open(os.path.join(cpu_dir, "cpu%d" % cpu, "cpufreq", "scaling_governor"), encoding="ascii") as f:
+                read[cpu] = (latency, f.read().strip())
+        return read
+
+    flags = ("--state", str(tmp_path / "state"), "--kubelet-state", str(tmp_path / "kubelet"), "--cpu-power",
+             "--sysfs-root", root)
+    before = power()
+    pod = lab.run_pod("calm", "Guaranteed", [{"name": "main", "cpu": 1000}],
+                      annotations={"cpu-c-states.kubecpu.io": "max_latency:20",
+                                   "cpu-freq-governor.kubecpu.io": "performance"})
+    try:
+        kubecpu(lab, None, "reconcile", *flags)
+        assert lab.cgroup_cpus(pod, pod["containers"]["main"]) == "1"
+        assert power() == {0: before[0], 1: ("20", "performance")}
+    finally:
+        lab.remove_pod(pod)
+    kubecpu(lab, None, "reconcile", *flags)
+    assert power() == before and not os.path.exists(str(tmp_path / "state") + ".power.json")
