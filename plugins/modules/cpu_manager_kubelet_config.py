@@ -322,6 +322,14 @@ kubelet_predates_config:
   returned: success
   type: bool
   version_added: 0.8.0
+drained:
+  description:
+    - Whether the kubelet role's note of a drain is beside the checkpoint (C(<state_path>.drained)), written before it
+      drains the node and removed once it uncordons it; a run cut off between the two leaves it, and the next run
+      uncordons the node.
+  returned: success
+  type: bool
+  version_added: 0.8.0
 kubelet_version:
   description: The kubelet version the plan is for (O(kubelet_version), or what O(kubelet_binary) C(--version) printed).
   returned: success
@@ -336,6 +344,8 @@ notes:
   type: list
   elements: str
 """
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.zip_import import compile_once
@@ -395,7 +405,8 @@ def plan(module: AnsibleModule) -> dict:
                          state_path=params["state_path"], flags=flag_gates(args), args=args)
     age = service_age(unit, [params["config_path"]] if params["config_path"] else [], run_command)
     result = dict(changed=False, kubelet_args=args, kubelet_version=version, kubelet_running=age["running"],
-                  kubelet_predates_config=bool(age["changed_since_start"]), **change.to_dict(params["state_path"]))
+                  kubelet_predates_config=bool(age["changed_since_start"]),
+                  drained=os.path.lexists(params["state_path"] + ".drained"), **change.to_dict(params["state_path"]))
     if search is not None:
         result["notes"] = result["notes"] + search.notes()
     if params["state_rewrite"]:

@@ -99,6 +99,14 @@ options:
     description: CRI-O's OCI hooks directory.
     type: path
     default: /etc/containers/oci/hooks.d
+  service:
+    description:
+      - containerd's systemd unit. With it, RV(restart_needed) is also true when O(containerd_config) or O(spec_path)
+        changed after containerd's main process started, so a run cut off between the edit and the restart restarts
+        containerd at the next run (else the hook's removal would leave containerd running it from memory).
+    type: str
+    default: ""
+    version_added: 0.8.0
 """
 
 EXAMPLES = r"""
@@ -124,7 +132,9 @@ files:
   type: list
   elements: str
 restart_needed:
-  description: Whether the runtime must restart to take the change (containerd's configuration changed).
+  description:
+    - Whether the runtime must restart to take the change (containerd's configuration changed), or, with
+      O(service), to take a change made after containerd's main process started (a run cut off before the restart).
   returned: success
   type: bool
 detail:
@@ -145,6 +155,8 @@ compile_once()  # before the core is imported: each of its modules compiled once
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.interfaces.module_common import (
     absolute_paths, run_module)
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import run_command
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.process_age import service_age
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.runtime_hook import (
     Containerd, hook_entry, install_crio, remove_crio)
 
@@ -168,8 +180,12 @@ def hook(module: AnsibleModule) -> dict:
         containerd = Containerd(params["containerd_config"], params["containerd_handler"], params["spec_path"], run,
                                 params["containerd_binaries"])
         done = containerd.install(entry, module.check_mode) if present else containerd.remove(module.check_mode)
-    return {"changed": done.changed, "files": done.files, "restart_needed": done.restart and done.changed,
-            "detail": done.detail, "hook": entry}
+    restart = done.restart and done.changed
+    if params["runtime"] == "containerd" and params["service"]:  # a run cut off before containerd's restart
+        age = service_age(params["service"], [params["containerd_config"], params["spec_path"]], run_command)
+        restart = restart or bool(age["changed_since_start"])
+    return {"changed": done.changed, "files": done.files, "restart_needed": restart, "detail": done.detail,
+            "hook": entry}
 
 
 def main() -> None:
@@ -185,6 +201,7 @@ def main() -> None:
         "containerd_binaries": {"type": "path", "default": ""},
         "spec_path": {"type": "path", "default": "/etc/kubecpu/base-runtime-spec.json"},
         "crio_hooks_dir": {"type": "path", "default": "/etc/containers/oci/hooks.d"},
+        "service": {"type": "str", "default": ""},
     }, supports_check_mode=True)
     run_module(module, hook)
 

@@ -8,6 +8,7 @@ stand-in here before a test passes over it."""
 from __future__ import annotations
 
 import base64
+import os
 import contextlib
 import importlib
 import io
@@ -97,6 +98,7 @@ class Runner:
             "ansible.builtin.copy": self._copy,
             "ansible.builtin.slurp": self._slurp,
             "ansible.builtin.command": self._command,
+            "ansible.builtin.file": self._file,
             "kubecpu.cpu_manager.cpu_manager_checkpoint": self._collection_module("cpu_manager_checkpoint"),
         }
 
@@ -164,6 +166,15 @@ class Runner:
         """A command (the drain and uncordon commands, on the controller): recorded in ``commands``, exit 0."""
         self.commands.append(list(args["argv"]))
         return {"changed": True, "rc": 0, "stdout": "", "stderr": "", "cmd": list(args["argv"])}
+
+    @staticmethod
+    def _file(args: Dict[str, Any]) -> Dict[str, Any]:
+        """``state: absent`` only (the drain's note removed): the path gone."""
+        assert args.get("state") == "absent", args
+        existed = os.path.lexists(args["path"])
+        if existed:
+            os.unlink(args["path"])
+        return {"changed": existed, "path": args["path"], "state": "absent"}
 
     @staticmethod
     def _slurp(args: Dict[str, Any]) -> Dict[str, Any]:

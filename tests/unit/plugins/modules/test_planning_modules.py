@@ -330,12 +330,13 @@ def test_kubelet_config_reads_no_gates_from_a_process_only_named_kubelet(root, t
                for note in result["notes"])
 
 
-def systemd_answering(directory, monkeypatch, main_pid):
-    """A ``systemctl`` first on PATH that answers ``show --property=MainPID --value`` as systemd would for a unit
-    whose main process is ``main_pid`` (these hosts have no systemd as PID 1)."""
+def systemd_answering(directory, monkeypatch, main_pid, started):
+    """A ``systemctl`` first on PATH that answers ``show`` as systemd 252 does for a unit whose main process is
+    ``main_pid``, started at ``started`` (these hosts have no systemd as PID 1)."""
     path = os.path.join(str(directory), "systemctl")
     with open(path, "w", encoding="utf-8") as handle:
-        handle.write("#!/bin/sh\necho %d\n" % main_pid)
+        handle.write("#!/bin/sh\nprintf 'MainPID=%d\\nExecMainStartTimestamp=@%d\\nNeedDaemonReload=no\\n'\n"
+                     % (main_pid, started))
     os.chmod(path, 0o755)
     monkeypatch.setenv("PATH", "%s:%s" % (directory, os.environ["PATH"]))
 
@@ -347,18 +348,16 @@ def systemd_answering(directory, monkeypatch, main_pid):
 ])
 def test_kubelet_config_says_whether_the_kubelet_runs_and_on_its_files_configuration(
         root, tmp_path, capsys, monkeypatch, written, running, predates):
-    kubelet = subprocess.Popen(["sleep", "30"])
-    try:
-        config = tmp_path / "config.yaml"
-        config.write_text("kind: KubeletConfiguration\n")
-        when = time.time() + (5 if written == "after" else -60)  # clearly after its start, or before
-        os.utime(config, (when, when))
-        systemd_answering(tmp_path, monkeypatch, kubelet.pid if running else 0)
-        result = run(cpu_manager_kubelet_config, {
-            "config": KUBEADM, "config_path": str(config), "kubelet_version": "1.35", "num_reserved": 1,
-            "kubelet_args": [], "state_path": str(tmp_path / "cpu_manager_state"), "sysfs_root": root}, capsys)
-    finally:
-        kubelet.kill()
-        kubelet.wait()
+    started = int(time.time()) - 100
+    config = tmp_path / "config.yaml"
+    config.write_text("kind: KubeletConfiguration\n")
+    when = started + (50 if written == "after" else -60)
+    os.utime(config, (when, when))
+    systemd_answering(tmp_path, monkeypatch, 4242 if running else 0, started)
+    (tmp_path / "cpu_manager_state.drained").write_text("the kubelet role drained this node\n")
+    result = run(cpu_manager_kubelet_config, {
+        "config": KUBEADM, "config_path": str(config), "kubelet_version": "1.35", "num_reserved": 1,
+        "kubelet_args": [], "state_path": str(tmp_path / "cpu_manager_state"), "sysfs_root": root}, capsys)
     assert result["rc"] == 0, result
     assert (result["kubelet_running"], result["kubelet_predates_config"]) == (running, predates)
+    assert result["drained"]  # the role's note of a drain a cut run did not follow with its uncordon

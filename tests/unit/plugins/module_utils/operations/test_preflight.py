@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 import sys
 import time
 
@@ -200,20 +199,17 @@ def test_with_the_agents_unit_it_says_which_files_changed_after_the_agent_starte
     from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.kubelet.discovery import run_command
 
     node = Node(tmp_path)
-    agent = subprocess.Popen(["sleep", "30"])
-    try:
-        config = tmp_path / "agent.json"
-        config.write_text("{}\n")
-        later = time.time() + 5
-        os.utime(config, (later, later))
+    started = int(time.time()) - 100
+    config = tmp_path / "agent.json"
+    config.write_text("{}\n")
+    os.utime(config, (started + 50, started + 50))
 
-        def systemd(argv):  # systemd as PID 1 answers for the unit; the rest runs for real
-            return (0, "%d\n" % agent.pid, "") if argv[0] == "systemctl" else run_command(argv)
-        result = preflight(node.config(), "agent", python=sys.executable, euid=0, run=systemd,
-                           service="kubecpu-agent.service", service_files=[str(config)])
-    finally:
-        agent.kill()
-        agent.wait()
+    def systemd(argv):  # systemd as PID 1 answers for the unit; the rest runs for real
+        if argv[0] == "systemctl":
+            return 0, "MainPID=4242\nExecMainStartTimestamp=@%d\nNeedDaemonReload=no\n" % started, ""
+        return run_command(argv)
+    result = preflight(node.config(), "agent", python=sys.executable, euid=0, run=systemd,
+                       service="kubecpu-agent.service", service_files=[str(config)])
     assert result["problems"] == [] and result["service"] == {
-        "unit": "kubecpu-agent.service", "running": True, "changed_since_start": [str(config)]}
+        "unit": "kubecpu-agent.service", "running": True, "changed_since_start": [str(config)], "needs_reload": False}
     assert node.check()["service"] is None

@@ -1,32 +1,21 @@
-"""Whether a running service predates its files (operations/process_age.py): a process's start time from /proc, on
-real processes started by the test and on crafted stat lines; which files changed after it; a systemd unit's main
-process as ``systemctl show`` tells it (answers scripted, as systemd gives them). A run cut off between writing a
-service's files and restarting it is what this sees; the roles restart the service then."""
+"""Whether a running service predates its files (operations/process_age.py): what systemd says of a unit's main
+process (``systemctl show --timestamp=unix``, its answers scripted as systemd 252 gives them: these hosts have no
+systemd as PID 1), which files changed after systemd started it, and everything systemd may answer that is not that,
+refused as "cannot say". A run cut off between writing a service's files and restarting it is what this sees; the
+roles restart the service then."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 
 import pytest
 
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import ConfigError
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.operations.process_age import (
-    changed_since, process_started, service_age, started_from, ticks)
+    STAMP_SLACK, changed_since, service_age)
 
-TICK = 1.0 / ticks()
-
-
-@pytest.fixture
-def sleeper():
-    """A process started now: (its PID, the time before and after its start)."""
-    before = time.time()
-    proc = subprocess.Popen(["sleep", "30"])
-    after = time.time()
-    yield proc.pid, before, after
-    proc.kill()
-    proc.wait()
+UNIT = "kubecpu-agent.service"
 
 
 def touched(path, when):
@@ -36,74 +25,74 @@ def touched(path, when):
     return str(path)
 
 
-def test_a_process_start_is_read_to_a_clock_tick(sleeper):
-    pid, before, after = sleeper
-    started = process_started(pid)
-    assert before - 2 * TICK <= started <= after + 2 * TICK
-
-
-def test_files_changed_after_the_start_are_named_and_the_others_not(sleeper, tmp_path):
-    pid, before, after = sleeper
-    started = process_started(pid)
-    old = touched(tmp_path / "old", before - 60)
-    new = touched(tmp_path / "new", after + 5)
-    same = touched(tmp_path / "same", started)  # within a tick of the start: not later
-    assert changed_since(started, [old, new, same, str(tmp_path / "missing")]) == [new]
-    assert changed_since(None, [new]) == []  # no start time: nothing is said to have changed
-
-
-@pytest.mark.parametrize("name", ["sleep", "a) b (c", ") 1 2 3 4", ""])
-def test_the_start_field_is_found_whatever_the_process_name_holds(tmp_path, name):
-    (tmp_path / "uptime").write_text("1000.00 4000.00\n")
-    rest = ["S"] + ["0"] * 18 + ["50000"] + ["0"] * 30  # field 22 (the 20th after the name): 500 s after boot
-    line = ("7 (%s) " % name + " ".join(rest)).encode()
-    now = time.time()
-    started = started_from(line, str(tmp_path))
-    assert abs(started - (now - 1000.0 + 50000 / ticks())) < 1.0
-
-
-@pytest.mark.parametrize("line,uptime", [(b"7 (x) S 1 2", "1000.0 0"), (b"7 (x) " + b"0 " * 30, "soon"),
-                                         (b"", "1000.0 0")])
-def test_a_stat_line_or_uptime_that_cannot_be_read_gives_no_time(tmp_path, line, uptime):
-    (tmp_path / "uptime").write_text(uptime)
-    assert started_from(line, str(tmp_path)) is None
-    assert process_started(10 ** 9, str(tmp_path)) is None  # no such process
-
-
-def scripted(code, answer):
+def systemd(pid, started=None, reload="no", code=0):
+    """A runner answering ``systemctl show`` as systemd does for a unit whose main process is ``pid``, started at
+    ``started`` (seconds since the epoch; systemd shows ``@<whole seconds>``, or nothing for a unit never started)."""
     asked = []
 
     def run(argv):
         asked.append(list(argv))
-        return code, answer, ""
-    return run, asked
+        stamp = "@%d" % started if started is not None else ""
+        return code, "MainPID=%s\nExecMainStartTimestamp=%s\nNeedDaemonReload=%s\n" % (pid, stamp, reload), ""
+    run.asked = asked
+    return run
 
 
-def test_a_units_main_process_and_the_files_changed_since_it_started(sleeper, tmp_path):
-    pid, before, after = sleeper
-    config = touched(tmp_path / "agent.json", after + 5)  # written after the start: a restart is due
-    unit = touched(tmp_path / "kubecpu-agent.service", before - 60)
-    run, asked = scripted(0, "%d\n" % pid)
-    assert service_age("kubecpu-agent.service", [config, unit], run) == {
-        "unit": "kubecpu-agent.service", "running": True, "changed_since_start": [config]}
-    assert asked == [["systemctl", "show", "--property=MainPID", "--value", "kubecpu-agent.service"]]
+def test_the_files_changed_after_systemd_started_the_unit_are_named(tmp_path):
+    started = int(time.time()) - 100  # systemd shows whole seconds
+    config = touched(tmp_path / "agent.json", started + 50)  # written after the start: a restart is due
+    unit = touched(tmp_path / "kubecpu-agent.service", started - 60)
+    same = touched(tmp_path / "kubecpu-agent.tar", started + STAMP_SLACK / 2)  # within the stamp's second: not later
+    run = systemd(4242, started)
+    assert service_age(UNIT, [config, unit, same, str(tmp_path / "missing")], run) == {
+        "unit": UNIT, "running": True, "changed_since_start": [config], "needs_reload": False}
+    assert run.asked == [["systemctl", "show", "--timestamp=unix", "--property=MainPID",
+                          "--property=ExecMainStartTimestamp", "--property=NeedDaemonReload", UNIT]]
 
 
-@pytest.mark.parametrize("code,answer,running", [
-    (0, "0\n", False),  # systemd runs no process of it: stopped, or never installed
-    (1, "", None),  # systemd cannot be asked (not PID 1)
-    (0, "MainPID=12\n", None),  # not what --value answers
-    (0, "9" * 200, None),  # longer than a PID
+def test_a_unit_file_newer_than_what_systemd_loaded_asks_for_a_reload_even_with_the_unit_stopped(tmp_path):
+    assert service_age(UNIT, [], systemd(0, reload="yes")) == {
+        "unit": UNIT, "running": False, "changed_since_start": [], "needs_reload": True}
+
+
+@pytest.mark.parametrize("answer,running", [
+    ("MainPID=0\nExecMainStartTimestamp=\nNeedDaemonReload=no\n", False),  # stopped, or never installed
+    ("MainPID=\u00b2\nExecMainStartTimestamp=@1\n", None),  # a superscript two: str.isdigit, not a PID
+    ("MainPID=\u0661\nExecMainStartTimestamp=@1\n", None),  # an Arabic-Indic one
+    ("MainPID=\uff11\nExecMainStartTimestamp=@1\n", None),  # a fullwidth one
+    ("MainPID=12345678901\n", None),  # longer than any PID
+    ("12\n", None),  # not a property line
+    ("MainPID=12\n" * 200, None),  # longer than the answer it can be
+    ("", None),
 ])
-def test_what_systemd_answers_when_the_unit_runs_nothing_or_cannot_say(tmp_path, code, answer, running):
+def test_what_is_not_a_main_pid_is_cannot_say_never_a_guess(tmp_path, answer, running):
     config = touched(tmp_path / "agent.json", time.time())
-    run, _asked = scripted(code, answer)
-    assert service_age("kubecpu-agent.service", [config], run) == {
-        "unit": "kubecpu-agent.service", "running": running, "changed_since_start": []}
+    assert service_age(UNIT, [config], lambda argv: (0, answer, "")) == {
+        "unit": UNIT, "running": running, "changed_since_start": [], "needs_reload": False}
+
+
+def test_systemd_that_cannot_be_asked_says_nothing(tmp_path):
+    config = touched(tmp_path / "agent.json", time.time())
+    assert service_age(UNIT, [config], systemd(12, time.time() - 100, code=1))["running"] is None
+
+
+@pytest.mark.parametrize("stamp", [None, "soon", "@12.5", "@" + "9" * 13])
+def test_a_running_unit_whose_start_systemd_does_not_show_names_no_file(tmp_path, stamp):
+    config = touched(tmp_path / "agent.json", time.time())
+    answer = "MainPID=12\nExecMainStartTimestamp=%s\n" % (stamp or "")
+    assert service_age(UNIT, [config], lambda argv: (0, answer, "")) == {
+        "unit": UNIT, "running": True, "changed_since_start": [], "needs_reload": False}
+
+
+def test_a_start_after_now_is_no_start_time(tmp_path):
+    """The clock moved back since systemd started the unit: every file would look older than it."""
+    config = touched(tmp_path / "agent.json", time.time() + 3600)
+    assert service_age(UNIT, [config], systemd(12, time.time() + 7200))["changed_since_start"] == []
+    assert changed_since(None, [config]) == []
 
 
 def test_a_unit_name_that_is_none_is_refused_before_systemctl_runs():
-    run, asked = scripted(0, "1\n")
+    run = systemd(1, time.time())
     with pytest.raises(ConfigError):
         service_age("--property=Id", [], run)
-    assert asked == []
+    assert run.asked == []
