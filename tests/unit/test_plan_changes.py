@@ -50,7 +50,10 @@ def test_the_fleet_plan_says_an_agent_older_than_its_files_is_restarted(tmp_path
     (tmp_path / "plan.yml").write_text(PLAYBOOK)
     env = dict(os.environ, ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
                ANSIBLE_ROLES_PATH=str(tmp_path / "roles"))
-    done = subprocess.run([sys.executable, "-m", "ansible", "playbook", "-i", "localhost,",
+    # ansible-playbook's own entry point through this interpreter: under ansible-test units no console script is
+    # installed beside it, nor a distribution for ``python -m ansible``
+    cli = "import sys; from ansible.cli.playbook import main; sys.argv[0] = 'ansible-playbook'; main()"
+    done = subprocess.run([sys.executable, "-c", cli, "-i", "localhost,",
                            "-c", "local", "-e", "ansible_python_interpreter=%s" % sys.executable, "plan.yml"],
                           cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
