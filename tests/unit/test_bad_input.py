@@ -239,3 +239,12 @@ def test_an_unreadable_state_file_is_reported_and_kept(node, tmp_path, capsys):
     if os.geteuid() != 0:  # root reads it anyway
         assert code == 1 and "state" in result["msg"]
     assert state.read_bytes() == snapshot(node["state"])
+
+
+def test_a_nul_in_a_file_flags_path_is_a_usage_error(node):
+    """A path cannot hold a NUL character: open() raises ValueError, which was a traceback (found by the property
+    above in CI: ``allocate --pod '\\x00'``)."""
+    argv = ["allocate", "--topology", node["topology"], "--state", node["state"], "--pod", "\0", "--container", "app"]
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(argv, out, err, io.StringIO("")) == 2
+    assert "a path cannot hold a NUL character" in err.getvalue() and "Traceback" not in err.getvalue()

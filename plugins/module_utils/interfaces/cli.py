@@ -45,6 +45,8 @@ from .hook_cli import cmd_hook
 def _read_text(path: str, what: str, stdin: TextIO) -> str:
     if path == "-":
         return stdin.read()
+    if "\0" in path:  # open() would raise ValueError: no file is named so
+        raise UsageError("cannot read %s %r: a path cannot hold a NUL character" % (what, path))
     try:
         with open(path, encoding="utf-8") as handle:
             return handle.read()
