@@ -50,7 +50,7 @@ options:
     version_added: 0.8.0
   service_files:
     description:
-      - The files O(service) reads (its configuration, unit file and program); RV(service.changed_since_start)
+      - The files O(service) reads (its configuration, unit file and program); the C(changed_since_start) of RV(service)
         names those that changed after its main process started. A run cut off (Ctrl-C, a lost connection) between
         writing them and restarting the unit leaves it so, and the agent role restarts it.
     type: list
