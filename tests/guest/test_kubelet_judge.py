@@ -83,9 +83,10 @@ class Node:
         for order, pod in enumerate(pods):
             self.kubelet.add_pod(pod, order)
             names = {c["name"] for c in pod["spec"]["containers"]}
-            wait_on(lambda uid=pod["metadata"]["uid"], names=names: self.kubelet.proc.poll() is not None or names <= {
-                name for (pod_uid, name) in self.running() if pod_uid == uid}, START_TIMEOUT,
-                    "kubelet %s running %s" % (MINOR, pod["metadata"]["name"]))
+            uid = pod["metadata"]["uid"]
+            wait_on(lambda uid=uid, names=names: self.kubelet.proc.poll() is not None or names <= {
+                name for (pod_uid, name) in self.running() if pod_uid == uid},
+                START_TIMEOUT, "kubelet %s running %s" % (MINOR, pod["metadata"]["name"]))
             assert self.kubelet.proc.poll() is None, self.kubelet.log()
         return self.running()
 

@@ -31,8 +31,8 @@ def run_pods(lab):
     """The pods in order under the plugin that runs: {pod: its container's CPUs, or the runtime's refusal}."""
     got, made = {}, []
     try:
-        for name, qos, milli in [(SHARED[0], "Burstable", SHARED[1])] + [(n, "Guaranteed", c * 1000)
-                                                                           for n, c in GUARANTEED]:
+        asks = [(SHARED[0], "Burstable", SHARED[1])] + [(n, "Guaranteed", c * 1000) for n, c in GUARANTEED]
+        for name, qos, milli in asks:
             pod = lab.run_pod(name, qos, [], namespace=peers.NAMESPACE)
             made.append(pod)
             try:

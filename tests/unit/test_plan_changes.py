@@ -55,7 +55,7 @@ def test_the_fleet_plan_says_an_agent_older_than_its_files_is_restarted(tmp_path
     cli = "import sys; from ansible.cli.playbook import main; sys.argv[0] = 'ansible-playbook'; main()"
     done = subprocess.run([sys.executable, "-c", cli, "-i", "localhost,",
                            "-c", "local", "-e", "ansible_python_interpreter=%s" % sys.executable, "plan.yml"],
-                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300)
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     changes = json.loads((tmp_path / "changes.json").read_text())
     assert changes == ["restart agent (its files changed since it started)"]

@@ -286,7 +286,7 @@ def created_in_each_mode(spec, tmp_path):
     for mode in MODES:
         cluster = Cluster(mode, tmp_path / mode)
         cluster.start(spec)
-        uid = next(iter(cluster.pods))
+        (uid,) = list(cluster.pods)  # the one pod it started
         for _container in spec["containers"]:
             cluster.step(uid)
             cluster.check()

@@ -318,8 +318,8 @@ def test_a_slow_answer_to_update_containers_keeps_the_connection_and_the_request
     for uid, milli, qos in (("b", 250, "Burstable"), ("g", 1000, "Guaranteed")):
         runtime.ask("CreateContainer", PB.CreateContainerRequest(pod=pod(uid, qos), container=container(
             uid, "app", milli, qos)))
-    removed = runtime.ask("StateChange", PB.StateChangeEvent(event=REMOVE_CONTAINER, pod=pod("g"),
-                                                            container=container("g", "app", 1000)))
+    removed = runtime.ask("StateChange", PB.StateChangeEvent(
+        event=REMOVE_CONTAINER, pod=pod("g"), container=container("g", "app", 1000)))
     assert removed.status.code == 0, removed.status.message
     stream, _kind, envelope = runtime.read_message(2)  # the plugin's call on the runtime's connection
     call = ttrpc.schema().Request.FromString(envelope)
