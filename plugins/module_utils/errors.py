@@ -196,6 +196,10 @@ class RuntimeTimeoutError(RuntimeUnavailableError):
     """A runtime call did not answer within the configured timeout."""
 
 
+class RuntimeRefusedError(RuntimeUnavailableError):
+    """The runtime answered a call with an error status: that call failed, the connection it came on stands."""
+
+
 class ContainerNotFoundError(ContainerRuntimeError):
     """The runtime does not know the container (it may have been removed in the middle of a pass)."""
 

@@ -35,7 +35,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, TextIO, Tuple
 
 from ..errors import (ConnectionBroken, ContainerNotFoundError, HousekeepingError, KubecpuError, KubeletPinsError,
-                      MessageError, PodSpecError, RuntimeTimeoutError, StateError, StoreError)
+                      MessageError, PodSpecError, RuntimeRefusedError, RuntimeTimeoutError, StateError, StoreError)
 from ..kubelet.cpuset import CPUSet
 from ..node.exclusive import refused_in
 from ..node.housekeeping import kept_off
@@ -230,24 +230,54 @@ class NRIPlugin:
         """The updates of the passes that no reply carried (a release, a removal), in one UpdateContainers. The
         runtime applies every update before it answers, so the call has a timeout of its own
         (UPDATE_CONTAINERS_TIMEOUT; the runtime's requests are served meanwhile). An update the runtime did not
-        apply, or did not answer for in time, is forgotten as pushed: the next pass checks that container again. The
-        connection stays: a slow answer is no broken peer."""
+        apply, or did not answer for in time, or answered with an error status or a reply the plugin cannot read, is
+        forgotten as pushed: the next pass checks that container again. The connection stays: a slow or failed
+        answer is no broken peer.
+
+        containerd applies the call under the lock its CreateContainer holds while the plugin replies (containerd/nri
+        pkg/adaptation, updateContainers), so a reply made meanwhile can reach a container before this older update:
+        each container is sent the cpuset it was last given (``_latest``), and one given another while the call
+        waited is sent that again after it."""
         if not self.unsolicited or self.channel is None:
             return
-        updates, self.unsolicited = self.unsolicited, {}
+        updates, self.unsolicited = self._latest(self.unsolicited), {}
+        sent = {cid: fields.get("cpus") for cid, fields in updates.items()}
         request = self.pb.UpdateContainersRequest(update=self._updates(updates))
+        failed: List[str] = list(updates)
         try:
             reply = self.pb.UpdateContainersResponse.FromString(self.channel.call(
                 RUNTIME_SERVICE, "UpdateContainers", request.SerializeToString(), UPDATE_CONTAINERS_TIMEOUT,
                 self.handle))
-        except RuntimeTimeoutError as exc:
+        except (RuntimeTimeoutError, RuntimeRefusedError, MessageError) as exc:
+            why = str(exc)
+            if isinstance(exc, MessageError):
+                self._peer_error("payload")
+                why = "UpdateContainers: the runtime's answer cannot be read: %s" % exc
             self._say("warning", "%s: the updates of %d container(s) are checked again at the next pass" % (
-                exc, len(updates)))
-            self._forget(updates)
-            return
-        for failed in reply.failed:
-            self._say("warning", "the runtime could not update container %s" % failed.container_id)
-        self._forget(failed.container_id for failed in reply.failed)
+                why, len(updates)))
+        else:
+            failed = [entry.container_id for entry in reply.failed]
+            for cid in failed:
+                self._say("warning", "the runtime could not update container %s" % cid)
+        pushed = self.manager.cgroup_targets.pushed
+        again: Dict[str, Fields] = {}  # one entry for each cpuset, shared as the followers' are
+        for cid, cpus in sent.items():  # given another cpuset while the call waited: sent again after it
+            if cpus is not None and cid in pushed and pushed[cid] != cpus:
+                now = pushed[cid]
+                self.unsolicited.setdefault(cid, again.setdefault(str(now), {"cpus": now}))
+        self._forget(failed)
+
+    def _latest(self, updates: Dict[str, Fields]) -> Dict[str, Fields]:
+        """The queued updates with the cpuset each container was given last: a reply since may have given it another
+        (the followers' shared entries stay shared)."""
+        pushed = self.manager.cgroup_targets.pushed
+        latest: Dict[str, Fields] = {}
+        moved: Dict[Tuple[int, str], Fields] = {}
+        for cid, fields in updates.items():
+            cpus = pushed.get(cid)
+            stale = "cpus" in fields and cpus is not None and cpus != fields["cpus"]
+            latest[cid] = moved.setdefault((id(fields), str(cpus)), dict(fields, cpus=cpus)) if stale else fields
+        return latest
 
     def _forget(self, container_ids: Iterable[str]) -> None:
         """These containers are no longer taken to have what a pass pushed to them (``_unsent``)."""

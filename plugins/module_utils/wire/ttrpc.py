@@ -32,7 +32,8 @@ import struct
 import time
 from typing import Any, Callable, Deque, Dict, Optional, Set, Tuple
 
-from ..errors import ConnectionBroken, MessageError, RuntimeTimeoutError, RuntimeUnavailableError
+from ..errors import (ConnectionBroken, MessageError, RuntimeRefusedError, RuntimeTimeoutError,
+                      RuntimeUnavailableError)
 from .proto_schema import cached
 
 PLUGIN_CONN, RUNTIME_CONN = 1, 2
@@ -107,9 +108,11 @@ class Channel:
         message = HEADER.pack(len(payload), stream, kind, 0) + payload
         first, rest = message[:FIRST_FRAME], message[FIRST_FRAME:]
         data = memoryview(FRAME.pack(conn, len(first)) + first + (FRAME.pack(conn, len(rest)) + rest if rest else b""))
-        deadline = time.monotonic() + FRAME_TIMEOUT
+        deadline, total = time.monotonic() + FRAME_TIMEOUT, len(data)
         while data:
-            self._wait(deadline, write=True)
+            if not self._wait(deadline, write=True):  # a runtime that stopped reading: no busy retry of the send
+                raise ConnectionBroken("the runtime took %d of the %d bytes sent and nothing more for %.1fs" % (
+                    total - len(data), total, FRAME_TIMEOUT), "write")
             try:
                 sent = self.sock.send(data)
             except (BlockingIOError, InterruptedError):
@@ -234,6 +237,6 @@ class Channel:
             raise ConnectionBroken("%s.%s: a ttrpc response envelope that is not one: %s" % (service, method, exc),
                                    method) from None
         if response.status.code != OK:
-            raise RuntimeUnavailableError("%s.%s: %s (code %d)" % (
+            raise RuntimeRefusedError("%s.%s: %s (code %d)" % (
                 service, method, response.status.message, response.status.code), method)
         return bytes(response.payload)

@@ -192,6 +192,7 @@ def test_an_in_place_resize_up_down_and_below_the_baseline(plugin):
 # --- the plugin process against a hostile runtime (issue 23): every case ended the process or hung it before -------
 import os  # noqa: E402
 import signal  # noqa: E402
+import socket  # noqa: E402
 import struct  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -355,3 +356,124 @@ def test_interrupts_move_after_the_reply_not_before_it(tmp_path):
     assert CPUSet.parse(affinity(irq, 24)) == CPUSet.parse("0-7").difference(CPUSet.parse(held))
     assert manager.irq.pending is None
     assert served.metrics.counters[("kubecpu_irq_affinity_updates_total", ())] == 2  # the interrupt and the default
+
+
+def outstanding_update_containers(runtime):
+    """b shares the pool, g's exclusive CPU is given back at its removal: the plugin's UpdateContainers (b to every
+    CPU), not yet answered; its stream and its updates."""
+    for uid, milli, qos in (("b", 250, "Burstable"), ("g", 1000, "Guaranteed")):
+        runtime.ask("CreateContainer", PB.CreateContainerRequest(pod=pod(uid, qos), container=container(
+            uid, "app", milli, qos)))
+    runtime.ask("StateChange", PB.StateChangeEvent(event=REMOVE_CONTAINER, pod=pod("g"),
+                                                   container=container("g", "app", 1000)))
+    stream, _kind, envelope = runtime.read_message(2)
+    call = ttrpc.schema().Request.FromString(envelope)
+    assert call.method == "UpdateContainers"
+    return stream, updates(PB.UpdateContainersRequest.FromString(call.payload))
+
+
+def answer(runtime, stream, payload=b"", code=0):
+    response = ttrpc.schema().Response(payload=payload)
+    if code:
+        response.status.code, response.status.message = code, "scripted failure"
+    runtime.send(2, nri_peer.message(stream, ttrpc.RESPONSE, response.SerializeToString()))
+
+
+def test_a_cpuset_given_while_update_containers_waits_is_sent_again_after_it(process):
+    """containerd applies a plugin's UpdateContainers under the lock its CreateContainer holds while it waits for the
+    plugin's reply (containerd/nri pkg/adaptation, updateContainers): a creation that shrinks the pool meanwhile has
+    its reply's update of b applied first, and the older UpdateContainers (b to every CPU, the new exclusive CPUs
+    too) last. The plugin sends b's newer cpuset again once the call is answered, so b does not keep CPUs given
+    exclusively."""
+    proc, runtime = process
+    stream, sent = outstanding_update_containers(runtime)
+    assert sent == {"b-app": "0-7"}
+    reply = runtime.ask("CreateContainer", PB.CreateContainerRequest(pod=pod("h"), container=container(
+        "h", "app", 2000)))
+    created = PB.CreateContainerResponse.FromString(reply.payload)
+    assert created.adjust.linux.resources.cpu.cpus == "1,5" and updates(created) == {"b-app": "0,2-4,6-7"}
+    answer(runtime, stream, PB.UpdateContainersResponse().SerializeToString())  # applied after the reply's update
+    runtime.conn.settimeout(5)
+    _stream, _kind, envelope = runtime.read_message(2)
+    again = ttrpc.schema().Request.FromString(envelope)
+    assert again.method == "UpdateContainers"
+    assert updates(PB.UpdateContainersRequest.FromString(again.payload)) == {"b-app": "0,2-4,6-7"}
+    alive_and_answering(proc, runtime)
+    assert runtime.connections == 1
+
+
+@pytest.mark.parametrize("fault", ["error status", "unreadable payload"])
+def test_a_failed_or_unreadable_answer_to_update_containers_is_that_calls_failure_not_the_connections(process, fault):
+    """The runtime answers UpdateContainers with an error status, or with a payload that is not an
+    UpdateContainersResponse: the updates are taken as not applied (the next pass reads those cgroups again) and the
+    plugin serves on the same connection; it does not register again."""
+    proc, runtime = process
+    stream, sent = outstanding_update_containers(runtime)
+    assert sent == {"b-app": "0-7"}
+    if fault == "error status":
+        answer(runtime, stream, code=ttrpc.INTERNAL)
+    else:
+        answer(runtime, stream, b"\x0a\x05ab")  # field 1 (failed) announcing 5 bytes, 2 there
+    alive_and_answering(proc, runtime)
+    assert runtime.connections == 1
+    assert "the updates of 1 container(s) are checked again" in runtime.log_path.read_text()
+
+
+def test_a_late_duplicate_or_unknown_answer_to_update_containers_is_dropped(process):
+    """Answers for streams the plugin does not wait on (the call's own answer twice, a stream it never used) and an
+    answer whose failed entries name containers the plugin never asked about: dropped or ignored, the connection
+    and the next requests served as before."""
+    proc, runtime = process
+    stream, _sent = outstanding_update_containers(runtime)
+    failed = PB.UpdateContainersResponse(failed=[PB.ContainerUpdate(container_id="nobody")]).SerializeToString()
+    answer(runtime, stream, failed)
+    answer(runtime, stream, failed)  # the same stream again: nobody waits on it now
+    answer(runtime, stream + 1000, failed)
+    alive_and_answering(proc, runtime)
+    assert runtime.connections == 1 and proc.poll() is None
+    assert "could not update container nobody" in runtime.log_path.read_text()
+
+
+def test_an_update_queued_while_update_containers_waits_goes_with_the_cpuset_a_later_reply_gave(process):
+    """While the first UpdateContainers waits, g2's removal queues the next one (b and c to every CPU) and h's
+    creation then shrinks the pool in its reply. containerd applies the reply first (its lock), so the queued update
+    must not carry the older pool: b and c are sent the pool h's reply gave them."""
+    proc, runtime = process
+    runtime.ask("CreateContainer", PB.CreateContainerRequest(pod=pod("g2"), container=container("g2", "app", 1000)))
+    stream, sent = outstanding_update_containers(runtime)
+    assert sent == {"b-app": "0-3,5-7"}  # g2 keeps CPU 4
+    runtime.ask("CreateContainer", PB.CreateContainerRequest(pod=pod("c", "Burstable"), container=container(
+        "c", "app", 100, "Burstable")))
+    runtime.ask("StateChange", PB.StateChangeEvent(event=REMOVE_CONTAINER, pod=pod("g2"),
+                                                   container=container("g2", "app", 1000)))
+    reply = runtime.ask("CreateContainer", PB.CreateContainerRequest(pod=pod("h"), container=container(
+        "h", "app", 2000)))
+    assert updates(PB.CreateContainerResponse.FromString(reply.payload)) == {"b-app": "0,2-4,6-7",
+                                                                             "c-app": "0,2-4,6-7"}
+    answer(runtime, stream, PB.UpdateContainersResponse().SerializeToString())
+    runtime.conn.settimeout(5)
+    _stream, _kind, envelope = runtime.read_message(2)
+    again = ttrpc.schema().Request.FromString(envelope)
+    assert updates(PB.UpdateContainersRequest.FromString(again.payload)) == {"b-app": "0,2-4,6-7",
+                                                                             "c-app": "0,2-4,6-7"}
+    alive_and_answering(proc, runtime)
+    assert runtime.connections == 1
+
+
+def test_a_runtime_that_stops_reading_the_replies_loses_the_connection_after_the_frame_timeout(process):
+    """The runtime sends requests and never reads what the plugin answers: once the socket's buffer is full a reply
+    cannot go. The plugin gives that connection up after FRAME_TIMEOUT (before, it retried the send in a busy loop,
+    a whole CPU, for as long as the runtime kept the socket open) and comes back."""
+    proc, runtime = process
+    junk = nri_peer.frame(1, nri_peer.message(1, ttrpc.REQUEST, nri_peer.request("Nobody", b"x" * 200)))
+    runtime.conn.settimeout(1)
+    try:
+        for _ in range(20000):  # far more replies than a Unix socket buffers
+            runtime.conn.sendall(junk)
+    except socket.timeout:  # the plugin stopped reading too: it is stuck on a reply
+        pass
+    started = time.monotonic()
+    runtime.accept(timeout=ttrpc.FRAME_TIMEOUT + 5)
+    assert time.monotonic() - started < ttrpc.FRAME_TIMEOUT + 3
+    alive_and_answering(proc, runtime)
+    assert runtime.connections == 2

@@ -13,7 +13,8 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (RuntimeTimeoutError,
+from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.errors import (RuntimeRefusedError,
+                                                                                 RuntimeTimeoutError,
                                                                                  RuntimeUnavailableError)
 from ansible_collections.kubecpu.cpu_manager.plugins.module_utils.wire import ttrpc
 
@@ -115,7 +116,7 @@ def test_a_call_without_an_answer_times_out_and_a_refusal_is_an_error(pair):
     refusal = PB.Response()
     refusal.status.code, refusal.status.message = 9, "already registered"
     runtime.sendall(frame(2, 3, 2, refusal.SerializeToString()))
-    with pytest.raises(RuntimeUnavailableError, match="already registered"):
+    with pytest.raises(RuntimeRefusedError, match="already registered"):  # that call's failure, not the link's
         channel.call("svc", "RegisterPlugin", b"", 2.0, lambda *a: None)
 
 
