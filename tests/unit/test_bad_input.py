@@ -211,7 +211,7 @@ def role_spec(role):
     return copy.deepcopy(_role_options(role))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _role_options(role):
     with open(os.path.join(ROOT, "roles", role, "meta", "argument_specs.yml"), encoding="utf-8") as handle:
         return yaml.safe_load(handle)["argument_specs"]["main"]["options"]
