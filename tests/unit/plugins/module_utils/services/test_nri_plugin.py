@@ -468,7 +468,7 @@ def test_a_runtime_that_stops_reading_the_replies_loses_the_connection_after_the
     junk = nri_peer.frame(1, nri_peer.message(1, ttrpc.REQUEST, nri_peer.request("Nobody", b"x" * 200)))
     runtime.conn.settimeout(1)
     try:
-        for _ in range(20000):  # far more replies than a Unix socket buffers
+        for _reply in range(20000):  # far more replies than a Unix socket buffers
             runtime.conn.sendall(junk)
     except socket.timeout:  # the plugin stopped reading too: it is stuck on a reply
         pass
