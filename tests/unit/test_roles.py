@@ -133,7 +133,8 @@ def test_the_drain_paths_rescue_puts_the_checkpoint_back_under_a_stopped_kubelet
     config.write_bytes(b"cpuManagerPolicy: static\n")
     (tmp_path / "config.yaml.old").write_bytes(b"cpuManagerPolicy: none\n")
     systemd = Systemd(str(state), str(config), running=True)
-    runner = Runner({"kubelet_cpu_manager_service": "kubelet", "kubelet_cpu_manager_state_path": str(state),
+    runner = Runner({**trusted(load("kubelet_cpu_manager", "vars", "main.yml")),  # the role's own, as Ansible loads them
+                     "kubelet_cpu_manager_service": "kubelet", "kubelet_cpu_manager_state_path": str(state),
                      "kubelet_cpu_manager_config_path": str(config), "kubelet_cpu_manager_backup": str(backup),
                      "kubelet_cpu_manager_command_host": "localhost",
                      "kubelet_cpu_manager_uncordon_command": ["kubectl", "uncordon", "node-1"],
