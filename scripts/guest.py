@@ -90,6 +90,7 @@ SSH_CONNECT_ATTEMPTS = 3  # a command whose connection never opened (the command
 # what ssh says when a connection never opened (its other exit-255 cases, a connection lost mid-command, are final)
 NEVER_CONNECTED = ("ssh: connect to host", "banner exchange", "kex_exchange_identification",
                    "Connection closed by 127.0.0.1", "Connection reset by 127.0.0.1", "mux_client_request_session")
+PROBE_TIMEOUT = 60.0  # seconds for one "is it up yet" probe of a booting guest; the boot has BOOT_TIMEOUT
 BOOT_TIMEOUT = 480.0  # seconds from QEMU's start to SSH and "running": 60-100 s idle, 180-210 s beside the suite
 APART_POLL = 1.0  # seconds between looks at the share for a command run apart from the SSH session (Guest.run_apart)
 with open(os.path.join(ROOT, "scripts", "guest_zipcache.py"), encoding="utf-8") as _source:
@@ -343,13 +344,23 @@ class Guest:
                 raise GuestError("QEMU exited (%s) before the guest was up:\n%s" % (self.proc.returncode, self.log()))
             if time.monotonic() > deadline:
                 raise GuestError("the guest was not up within %.0f s:\n%s" % (self.timeout, self.log()))
-            probe = self.ssh(["systemctl", "is-system-running", "--wait"], timeout=60, check=False, attempts=1)
-            if probe.returncode == 0 or probe.stdout.strip() in ("running", "degraded"):
+            if self._up(min(PROBE_TIMEOUT, max(1.0, deadline - time.monotonic()))):
                 break
             time.sleep(1)
         if self.ssh(["mountpoint", "-q", GUEST_ROOT], check=False).returncode != 0:
             raise GuestError("the checkout is not shared in at /src:\n%s" % self.log())
         self.ssh(["systemctl", "set-environment", GO_PROCS])  # for every unit started from now on
+
+    def _up(self, timeout: float) -> bool:
+        """Whether the booting guest answers SSH and systemd has finished starting. A probe that does not end within
+        ``timeout`` is a guest still booting, never an error: slirp accepts the connection before the guest's sshd
+        listens, so ssh waits for a banner that comes only with the boot (on 2026-12-07 a loaded CI machine's two
+        guests both took longer than one 60 s probe, and that probe's timeout ended the stage)."""
+        try:
+            probe = self.ssh(["systemctl", "is-system-running", "--wait"], timeout=timeout, check=False, attempts=1)
+        except GuestError:
+            return False
+        return probe.returncode == 0 or probe.stdout.strip() in ("running", "degraded")
 
     def stop(self) -> None:
         _LIVE.discard(self)
