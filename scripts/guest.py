@@ -90,7 +90,7 @@ SSH_CONNECT_ATTEMPTS = 3  # a command whose connection never opened (the command
 # what ssh says when a connection never opened (its other exit-255 cases, a connection lost mid-command, are final)
 NEVER_CONNECTED = ("ssh: connect to host", "banner exchange", "kex_exchange_identification",
                    "Connection closed by 127.0.0.1", "Connection reset by 127.0.0.1", "mux_client_request_session")
-PROBE_TIMEOUT = 20.0  # seconds for one "is it up yet" probe of a booting guest (then another); the boot has BOOT_TIMEOUT
+PROBE_TIMEOUT = 20.0  # seconds for one "is it up yet" probe of a booting guest, then another, until BOOT_TIMEOUT
 BOOT_TIMEOUT = 480.0  # seconds from QEMU's start to SSH and "running": 60-100 s idle, 180-210 s beside the suite
 APART_POLL = 1.0  # seconds between looks at the share for a command run apart from the SSH session (Guest.run_apart)
 with open(os.path.join(ROOT, "scripts", "guest_zipcache.py"), encoding="utf-8") as _source:
