@@ -358,26 +358,30 @@ def test_the_cri_runtime_needs_nothing_but_python_and_writes_no_code(lab, pods, 
     assert not (tmp_path / "tmp").exists() or not os.listdir(tmp_path / "tmp")
 
 
+EVENT_PASS_WITHIN = 5.0  # seconds: a pass woken by a cgroup event, under any load the suite brings; the period is 60 s
+
+
 def test_the_agent_wakes_on_container_cgroups_not_its_period(lab, pods, tmp_path):
-    """--period 10s: a burst of containers started together is pinned (and the shared pool shrunk) within a second,
-    because their cgroups coming wake the agent, not the period."""
+    """--period 60s: a burst of containers started together is pinned (and the shared pool shrunk) within
+    EVENT_PASS_WITHIN seconds (idle, well under one), because their cgroups coming wake the agent, not the period."""
     state = tmp_path / "state"
-    argv = [KUBECPU, "reconcile", "--loop", "--period", "10s", "--runtime", "cri", "--runtime-endpoint", lab.endpoint,
+    argv = [KUBECPU, "reconcile", "--loop", "--period", "60s", "--runtime", "cri", "--runtime-endpoint", lab.endpoint,
             "--state", str(state), "--num-reserved", "1", "--kubelet-state", str(state) + ".kubelet", "--metrics-path",
             str(tmp_path / "kubecpu.prom")]
     agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
-    try:  # its first pass done: the next by the period would be 10 s away
+    try:  # its first pass done: the next by the period would be 60 s away
         until(lambda: metric(tmp_path / "kubecpu.prom", "kubecpu_reconcile_passes_total{") >= 1, "the first pass")
         made = [pods("burst-%d" % n, "Burstable", [{"name": "app", "cpu": 100}]) for n in range(4)]
         made.append(pods("burst-g", "Guaranteed", [{"name": "main", "cpu": 1000}]))
         started = time.monotonic()  # the last one has just started
         want = {id(p): "1" if p["qos"] == "Guaranteed" else "0" for p in made}
-        while time.monotonic() - started < 5:
+        while time.monotonic() - started < 2 * EVENT_PASS_WITHIN:
             seen = {id(p): lab.cgroup_cpus(p, next(iter(p["containers"].values()))) for p in made}
             if seen == want:
                 break
             time.sleep(0.01)
-        assert seen == want and time.monotonic() - started < 1.0, time.monotonic() - started
+        took = time.monotonic() - started
+        assert seen == want and took < EVENT_PASS_WITHIN, took
     finally:
         agent.send_signal(signal.SIGTERM)
         _out, err = agent.communicate(timeout=30)
@@ -385,12 +389,14 @@ def test_the_agent_wakes_on_container_cgroups_not_its_period(lab, pods, tmp_path
 
 
 def test_a_removed_pod_is_released_as_fast_as_a_new_one_is_pinned(lab, tmp_path):
-    """Issue 24: --period 10s, woken by cgroup events (containerd 1.6, cgroupfs). A pinned pod removed as
-    ``crictl rmp -f`` removes it (its sandbox stopped and removed) is released within a second, three times of three:
-    the cgroup's going wakes a pass while the runtime still lists the container, and the passes that follow a moving
-    list see it go."""
+    """Issue 24: --period 60s, woken by cgroup events (containerd 1.6, cgroupfs). A pinned pod removed as
+    ``crictl rmp -f`` removes it (its sandbox stopped and removed) is released within EVENT_PASS_WITHIN seconds, three
+    times of three, long before a period's pass: the cgroup's going wakes a pass while the runtime still lists the
+    container, and the passes that follow a moving list see it go. Idle it takes milliseconds; beside the whole suite
+    on 2 CPUs one release took 1.34 s on 2026-12-07, so the bound tells an event's pass from the period's and is no
+    latency target (benchmarks/reconcile.py measures that)."""
     state = tmp_path / "state"
-    argv = [KUBECPU, "reconcile", "--loop", "--period", "10s", "--runtime", "cri", "--runtime-endpoint", lab.endpoint,
+    argv = [KUBECPU, "reconcile", "--loop", "--period", "60s", "--runtime", "cri", "--runtime-endpoint", lab.endpoint,
             "--state", str(state), "--num-reserved", "1", "--kubelet-state", str(state) + ".kubelet", "--metrics-path",
             str(tmp_path / "kubecpu.prom")]
     agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
@@ -406,13 +412,13 @@ def test_a_removed_pod_is_released_as_fast_as_a_new_one_is_pinned(lab, tmp_path)
             until(lambda pod=pod: pod["uid"] in entries(), "pod %d pinned" % n, timeout=5)
             lab.remove_pod(pod)
             started = time.monotonic()
-            until(lambda pod=pod: pod["uid"] not in entries(), "pod %d released" % n, timeout=10, step=0.01)
+            until(lambda pod=pod: pod["uid"] not in entries(), "pod %d released" % n, timeout=60, step=0.01)
             took.append(time.monotonic() - started)
     finally:
         agent.send_signal(signal.SIGTERM)
         _out, err = agent.communicate(timeout=30)
     assert agent.returncode == 0, err
-    assert max(took) < 1.0, took
+    assert max(took) < EVENT_PASS_WITHIN, took
 
 
 def test_the_agent_follows_an_in_place_resize(lab, pods, tmp_path):
