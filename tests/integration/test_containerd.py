@@ -14,7 +14,8 @@ import sys
 import time
 
 import pytest
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support.waits import metric, until
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.waits import (EVENT_PASS_WITHIN, EVENT_TEST_PERIOD,
+                                                                           metric, until)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
@@ -358,16 +359,13 @@ def test_the_cri_runtime_needs_nothing_but_python_and_writes_no_code(lab, pods, 
     assert not (tmp_path / "tmp").exists() or not os.listdir(tmp_path / "tmp")
 
 
-EVENT_PASS_WITHIN = 5.0  # seconds: a pass woken by a cgroup event, under any load the suite brings; the period is 60 s
-
-
 def test_the_agent_wakes_on_container_cgroups_not_its_period(lab, pods, tmp_path):
     """--period 60s: a burst of containers started together is pinned (and the shared pool shrunk) within
     EVENT_PASS_WITHIN seconds (idle, well under one), because their cgroups coming wake the agent, not the period."""
     state = tmp_path / "state"
-    argv = [KUBECPU, "reconcile", "--loop", "--period", "60s", "--runtime", "cri", "--runtime-endpoint", lab.endpoint,
-            "--state", str(state), "--num-reserved", "1", "--kubelet-state", str(state) + ".kubelet", "--metrics-path",
-            str(tmp_path / "kubecpu.prom")]
+    argv = [KUBECPU, "reconcile", "--loop", "--period", EVENT_TEST_PERIOD, "--runtime", "cri", "--runtime-endpoint",
+            lab.endpoint, "--state", str(state), "--num-reserved", "1", "--kubelet-state", str(state) + ".kubelet",
+            "--metrics-path", str(tmp_path / "kubecpu.prom")]
     agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
     try:  # its first pass done: the next by the period would be 60 s away
         until(lambda: metric(tmp_path / "kubecpu.prom", "kubecpu_reconcile_passes_total{") >= 1, "the first pass")
@@ -396,9 +394,9 @@ def test_a_removed_pod_is_released_as_fast_as_a_new_one_is_pinned(lab, tmp_path)
     on 2 CPUs one release took 1.34 s on 2026-12-07, so the bound tells an event's pass from the period's and is no
     latency target (benchmarks/reconcile.py measures that)."""
     state = tmp_path / "state"
-    argv = [KUBECPU, "reconcile", "--loop", "--period", "60s", "--runtime", "cri", "--runtime-endpoint", lab.endpoint,
-            "--state", str(state), "--num-reserved", "1", "--kubelet-state", str(state) + ".kubelet", "--metrics-path",
-            str(tmp_path / "kubecpu.prom")]
+    argv = [KUBECPU, "reconcile", "--loop", "--period", EVENT_TEST_PERIOD, "--runtime", "cri", "--runtime-endpoint",
+            lab.endpoint, "--state", str(state), "--num-reserved", "1", "--kubelet-state", str(state) + ".kubelet",
+            "--metrics-path", str(tmp_path / "kubecpu.prom")]
     agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
 
     def entries():
