@@ -133,6 +133,10 @@ def test_a_read_only_filesystem_is_a_clear_error_and_the_next_pass_recovers(tmp_
 
 
 FORKS = 25  # module runs at once: a hundred Python start-ups at once on two CPUs hold the lock back past its 60 s
+# Seconds a module run may take, a guard against a hang: the runs take the lock in no set order, so one run can wait
+# for most of the others. The whole test takes 90 s alone (180 CPU seconds: the runs' Python, the stand-in crictl's);
+# beside the guests' emulation, under a CPU left to the units, its first run had not ended after 300 s (2026-12-07).
+RUN_TIMEOUT = 1200
 
 
 def test_a_hundred_module_allocations_and_the_agent_together(tmp_path):
@@ -160,12 +164,12 @@ def test_a_hundred_module_allocations_and_the_agent_together(tmp_path):
         for n, (uid, cid) in enumerate(added.items()):
             if n >= FORKS:  # a window of FORKS runs at a time, as Ansible's forks start them
                 done = list(runs)[n - FORKS]
-                results[done] = runs[done].communicate(timeout=300)
+                results[done] = runs[done].communicate(timeout=RUN_TIMEOUT)
             args = tmp_path / ("args-%s.json" % uid)
             args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(common, container_id=cid, apply=n % 2 == 0)}))
             runs[uid] = subprocess.Popen([sys.executable, module, str(args)], env=env, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True)
-        results.update({uid: run.communicate(timeout=300) for uid, run in runs.items() if uid not in results})
+        results.update({uid: run.communicate(timeout=RUN_TIMEOUT) for uid, run in runs.items() if uid not in results})
         assert [run.returncode for run in runs.values()] == [0] * 100, [  # the first three failures' messages
             json.loads(out)["msg"] if out.strip().startswith("{") else err[-500:]
             for run, (out, err) in zip(runs.values(), results.values()) if run.returncode][:3]
