@@ -14,8 +14,8 @@ import sys
 import time
 
 import pytest
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support.waits import (EVENT_PASS_WITHIN, EVENT_TEST_PERIOD,
-                                                                           metric, until)
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.waits import (
+    EVENT_PASS_WITHIN, EVENT_TEST_PERIOD, metric, until)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KUBECPU = os.path.join(ROOT, "bin", "kubecpu")

@@ -19,8 +19,8 @@ import time
 
 import pytest
 from runtimes import runtime_lab
-from ansible_collections.kubecpu.cpu_manager.tests.unit.support.waits import (EVENT_PASS_WITHIN, EVENT_TEST_PERIOD,
-                                                                           metric, until)
+from ansible_collections.kubecpu.cpu_manager.tests.unit.support.waits import (
+    EVENT_PASS_WITHIN, EVENT_TEST_PERIOD, metric, until)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KUBECPU = os.path.join(ROOT, "bin", "kubecpu")
