@@ -359,14 +359,19 @@ def test_the_cri_runtime_needs_nothing_but_python_and_writes_no_code(lab, pods, 
     assert not (tmp_path / "tmp").exists() or not os.listdir(tmp_path / "tmp")
 
 
+def event_agent(lab, state, tmp_path):
+    """The loop agent over CRI with a period of EVENT_TEST_PERIOD: a pass within EVENT_PASS_WITHIN was an event's."""
+    argv = [KUBECPU, "reconcile", "--loop", "--period", EVENT_TEST_PERIOD, "--runtime", "cri", "--runtime-endpoint",
+            lab.endpoint, "--state", str(state), "--num-reserved", "1", "--kubelet-state", str(state) + ".kubelet",
+            "--metrics-path", str(tmp_path / "kubecpu.prom")]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
+
+
 def test_the_agent_wakes_on_container_cgroups_not_its_period(lab, pods, tmp_path):
     """--period 60s: a burst of containers started together is pinned (and the shared pool shrunk) within
     EVENT_PASS_WITHIN seconds (idle, well under one), because their cgroups coming wake the agent, not the period."""
     state = tmp_path / "state"
-    argv = [KUBECPU, "reconcile", "--loop", "--period", EVENT_TEST_PERIOD, "--runtime", "cri", "--runtime-endpoint",
-            lab.endpoint, "--state", str(state), "--num-reserved", "1", "--kubelet-state", str(state) + ".kubelet",
-            "--metrics-path", str(tmp_path / "kubecpu.prom")]
-    agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
+    agent = event_agent(lab, state, tmp_path)
     try:  # its first pass done: the next by the period would be 60 s away
         until(lambda: metric(tmp_path / "kubecpu.prom", "kubecpu_reconcile_passes_total{") >= 1, "the first pass")
         made = [pods("burst-%d" % n, "Burstable", [{"name": "app", "cpu": 100}]) for n in range(4)]
@@ -394,10 +399,7 @@ def test_a_removed_pod_is_released_as_fast_as_a_new_one_is_pinned(lab, tmp_path)
     on 2 CPUs one release took 1.34 s on 2026-12-07, so the bound tells an event's pass from the period's and is no
     latency target (benchmarks/reconcile.py measures that)."""
     state = tmp_path / "state"
-    argv = [KUBECPU, "reconcile", "--loop", "--period", EVENT_TEST_PERIOD, "--runtime", "cri", "--runtime-endpoint",
-            lab.endpoint, "--state", str(state), "--num-reserved", "1", "--kubelet-state", str(state) + ".kubelet",
-            "--metrics-path", str(tmp_path / "kubecpu.prom")]
-    agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
+    agent = event_agent(lab, state, tmp_path)
 
     def entries():
         return json.loads(state.read_text()).get("entries", {}) if state.exists() else {}
